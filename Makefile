@@ -1,0 +1,28 @@
+# The two commands: `make serve` and `make test`. Both set up .venv on first use.
+PY_BOOT ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Building llama-cpp-python from source: the LLaVA part is not needed and costs a minute.
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+
+SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
+
+.PHONY: serve test setup clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --progress-bar off -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+serve: $(STAMP)
+	exec $(VENV)/bin/jevfleet serve $(SERVE_FLAGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Code both sides of the fleet use: gateway↔worker messages, configuration, model profiles."""

@@ -1,0 +1,64 @@
+"""The one place that imports llama_cpp: environment first, then the library, then quiet logs.
+
+ggml reads GGML_CPU_TILED_MM when it initialises, so deterministic mode must set it before the
+first import. Gateway (vocab-only tokenizer) and worker (full model) both load through here, so
+they tokenize with the same code and get the same ids.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+_llama: ModuleType | None = None
+_log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
+_WARN, _ERROR = 3, 4  # ggml_log_level
+
+
+def llama(deterministic: bool = True) -> ModuleType:
+    global _llama, _log_callback
+    if _llama is None:
+        if deterministic:
+            os.environ["GGML_CPU_TILED_MM"] = "0"
+        import llama_cpp
+
+        llama_cpp.llama_backend_init()
+
+        @llama_cpp.llama_log_callback
+        def _log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+            if level in (_WARN, _ERROR) and text:
+                sys.stderr.write(text.decode("utf-8", "replace"))
+
+        _log_callback = _log
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        _llama = llama_cpp
+    return _llama
+
+
+def load_model(path: Path, *, vocab_only: bool = False, deterministic: bool = True):
+    lib = llama(deterministic)
+    params = lib.llama_model_default_params()
+    params.vocab_only = vocab_only
+    if deterministic:
+        params.use_extra_bufts = False  # weight repacking makes results depend on row position
+    model = lib.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    return model
+
+
+def tokenize(vocab, text: str, *, add_bos: bool = False) -> list[int]:
+    """Token ids of `text`. Special-token syntax inside user text is not parsed, so a state
+    containing "<start_of_turn>" is read as plain text."""
+    lib = llama()
+    data = text.encode("utf-8")
+    cap = len(data) + 8
+    buf = (lib.llama_token * cap)()
+    n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, False)
+    if n < 0:
+        cap = -n
+        buf = (lib.llama_token * cap)()
+        n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, False)
+    return list(buf[:n])
