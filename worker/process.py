@@ -1,0 +1,134 @@
+"""The worker process: load the model, warm it, then move messages between the gateway's ROUTER
+and the scheduler thread.
+
+The main thread owns the DEALER socket (ZeroMQ sockets are not thread-safe); the scheduler
+thread sends its results over an inproc PUSH socket that the main thread forwards. SIGTERM
+drains: the running batch finishes, queued requests are handed back to the gateway, exit 0.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+import zmq
+
+from shared.config import Settings
+from shared.messages import Cancel, Drain, Heartbeat, Message, Ready, Score, decode, encode
+from shared.model_files import file_sha256, resolve_model
+from shared.profiles import load_profile
+from worker.cores import derive_cores, parse_cores, pin
+from worker.engine import Engine, Job
+from worker.scheduler import Pending, Scheduler
+from worker.warmup import startup_warmup
+
+log = logging.getLogger("jevfleet.worker")
+RESULTS = "inproc://results"
+
+
+class WorkerProcess:
+    def __init__(self, settings: Settings, *, index: int, cores: str = "", worker_id: str = "") -> None:
+        self.settings = settings
+        self.cores = parse_cores(cores) if cores else derive_cores(index, settings.cores_per_worker)
+        pin(self.cores)
+        self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
+        self.profile = load_profile(settings.profile)
+        self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
+        self.model_sha256 = file_sha256(self.model_path)
+        threads = settings.threads or len(self.cores)
+        log.info("%s: loading %s on cores %s (%d threads)", self.worker_id, self.model_path, self.cores, threads)
+        self.engine = Engine(
+            self.model_path,
+            ctx=settings.ctx,
+            batch_tokens=settings.batch_tokens,
+            threads=threads,
+            deterministic=settings.mode == "deterministic",
+        )
+        self.scheduler = Scheduler(
+            self.engine, budget=settings.batch_tokens, max_requests=self.engine.max_batch_requests
+        )
+        self._stop = threading.Event()
+
+    def status(self, kind: type[Ready] = Heartbeat) -> Ready:
+        tokens, requests = self.scheduler.depth()
+        return kind(
+            worker_id=self.worker_id,
+            pid=os.getpid(),
+            cores=self.cores,
+            model=self.profile.name,
+            model_sha256=self.model_sha256,
+            fingerprint=f"{self.profile.name}:{self.model_sha256[:16]}:{self.settings.mode}",
+            queued_tokens=tokens,
+            queued_requests=requests,
+            stats=vars(self.scheduler.counters).copy(),
+        )
+
+    def _scheduler_thread(self, zctx: zmq.Context) -> None:
+        push = zctx.socket(zmq.PUSH)
+        push.connect(RESULTS)
+        try:
+            self.scheduler.run(lambda msg: push.send(encode(msg)))
+        finally:
+            push.close(linger=1000)
+
+    def _on_message(self, msg: Message) -> None:
+        if isinstance(msg, Score):
+            job = Job(prefix=msg.prefix, suffixes=msg.suffixes, yes_ids=msg.yes_ids, no_ids=msg.no_ids)
+            tokens = len(msg.prefix) + sum(len(s) for s in msg.suffixes)
+            self.scheduler.submit(Pending(msg.request_id, job, tokens, msg.deadline))
+        elif isinstance(msg, Cancel):
+            self.scheduler.cancel(msg.request_id)
+
+    def serve(self) -> int:
+        startup_warmup(self.engine, self.profile)
+        zctx = zmq.Context()
+        pull = zctx.socket(zmq.PULL)
+        pull.bind(RESULTS)
+        dealer = zctx.socket(zmq.DEALER)
+        dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
+        dealer.setsockopt(zmq.LINGER, 2000)
+        dealer.connect(self.settings.zmq_endpoint)
+        thread = threading.Thread(target=self._scheduler_thread, args=(zctx,), name="scheduler")
+        thread.start()
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        dealer.send(encode(self.status(Ready)))
+        log.info("%s: ready, connected to %s", self.worker_id, self.settings.zmq_endpoint)
+        poller = zmq.Poller()
+        poller.register(dealer, zmq.POLLIN)
+        poller.register(pull, zmq.POLLIN)
+        beat = self.settings.heartbeat_s
+        next_beat = time.monotonic() + beat
+        while not self._stop.is_set():
+            if not thread.is_alive():  # the scheduler crashed: exit non-zero, supervisord restarts us
+                log.error("%s: scheduler thread died; exiting", self.worker_id)
+                return 1
+            events = dict(poller.poll(timeout=max(0.0, next_beat - time.monotonic()) * 1000))
+            if dealer in events:
+                try:
+                    self._on_message(decode(dealer.recv()))
+                except ValueError as exc:
+                    log.warning("dropped a bad frame: %s", exc)
+            if pull in events:
+                dealer.send(pull.recv())
+            if time.monotonic() >= next_beat:
+                dealer.send(encode(self.status()))
+                next_beat = time.monotonic() + beat
+        # Drain: hand the queue back, let the running batch finish, forward its results.
+        left = self.scheduler.stop()
+        dealer.send(encode(Drain(worker_id=self.worker_id, request_ids=left)))
+        while thread.is_alive() or pull.poll(0):
+            if pull.poll(100):
+                dealer.send(pull.recv())
+        log.info("%s: drained (%d handed back), exiting", self.worker_id, len(left))
+        dealer.close()
+        pull.close()
+        zctx.term()
+        return 0
+
+
+def run_worker_process(settings: Settings, *, index: int, cores: str = "", worker_id: str = "") -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return WorkerProcess(settings, index=index, cores=cores, worker_id=worker_id).serve()

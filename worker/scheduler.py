@@ -1,0 +1,151 @@
+"""FIFO token-budget batching with exactly one thread touching the model.
+
+Requests wait in arrival order. A batch takes requests from the head while their new tokens fit
+the budget; the first request always goes, however large, and the batch stops at the first
+request that does not fit: nobody is skipped, so nobody starves. Other threads only append,
+cancel and read counters, under one condition variable.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from shared.messages import Error, Message, Result
+from worker.engine import Job
+
+
+class EngineLike(Protocol):
+    def run(self, jobs: list[Job]) -> int: ...
+
+
+@dataclass
+class Pending:
+    request_id: str
+    job: Job
+    tokens: int  # tokens this request adds to a batch
+    deadline: float  # time.time()
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+def take_batch(queue: deque[Pending], budget: int) -> list[Pending]:
+    """Pop the batch the policy allows from the head of `queue`."""
+    batch: list[Pending] = []
+    used = 0
+    while queue and (not batch or used + queue[0].tokens <= budget):
+        item = queue.popleft()
+        batch.append(item)
+        used += item.tokens
+    return batch
+
+
+@dataclass
+class Counters:
+    batches: int = 0
+    requests: int = 0
+    batched_requests: int = 0  # requests that shared an engine call with another request
+    tokens_read: int = 0
+    expired: int = 0
+    cancelled: int = 0
+
+
+class Scheduler:
+    def __init__(self, engine: EngineLike, *, budget: int = 384, max_requests: int = 255) -> None:
+        self.engine = engine
+        self.budget = budget
+        self.max_requests = max_requests  # sequences the engine can hold at once
+        self.counters = Counters()
+        self._queue: deque[Pending] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._busy = False
+
+    # --- called from other threads --------------------------------------------------------
+    def submit(self, item: Pending) -> None:
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify()
+
+    def cancel(self, request_id: str) -> bool:
+        """Drop a request that has not started; False if it is running or unknown."""
+        with self._cond:
+            for item in self._queue:
+                if item.request_id == request_id:
+                    self._queue.remove(item)
+                    self.counters.cancelled += 1
+                    return True
+        return False
+
+    def stop(self) -> list[str]:
+        """Stop after the running batch; returns the ids of requests that will not be run."""
+        with self._cond:
+            self._stopping = True
+            left = [item.request_id for item in self._queue]
+            self._queue.clear()
+            self._cond.notify_all()
+            return left
+
+    def depth(self) -> tuple[int, int]:
+        """(queued tokens, queued requests), the running batch included."""
+        with self._cond:
+            return sum(i.tokens for i in self._queue), len(self._queue) + int(self._busy)
+
+    # --- the scheduler thread -------------------------------------------------------------
+    def run(self, emit: Callable[[Message], None], idle: Callable[[], None] | None = None,
+            idle_grace_s: float = 0.5) -> None:
+        """Serve until stop(). `idle` runs after idle_grace_s of empty queue (idle warmup);
+        it must return quickly, since a request arriving meanwhile waits for it."""
+        while True:
+            with self._cond:
+                self._busy = False
+                has_work = self._cond.wait_for(
+                    lambda: bool(self._queue) or self._stopping, timeout=idle_grace_s if idle else None
+                )
+                if self._stopping:
+                    return
+                if has_work:
+                    batch, expired = self._take()
+                    self._busy = bool(batch)
+            if not has_work:
+                idle()
+                continue
+            for item in expired:
+                emit(Error(request_id=item.request_id, code="expired", message="deadline passed in queue"))
+            if batch:
+                self._run_batch(batch, emit)
+
+    def _take(self) -> tuple[list[Pending], list[Pending]]:
+        """The next batch (caller holds the lock), split into live and expired requests."""
+        batch = take_batch(self._queue, self.budget)
+        while len(batch) > self.max_requests:  # rare: more tiny requests than sequences
+            self._queue.appendleft(batch.pop())
+        now = time.time()
+        expired = [i for i in batch if i.deadline <= now]
+        self.counters.expired += len(expired)
+        return [i for i in batch if i.deadline > now], expired
+
+    def _run_batch(self, batch: list[Pending], emit: Callable[[Message], None]) -> None:
+        started = time.monotonic()
+        try:
+            read = self.engine.run([item.job for item in batch])
+        except Exception as exc:  # an engine fault answers the batch; the worker lives on
+            for item in batch:
+                emit(Error(request_id=item.request_id, code="engine", message=str(exc)))
+            return
+        run_ms = (time.monotonic() - started) * 1000
+        c = self.counters
+        c.batches += 1
+        c.requests += len(batch)
+        c.batched_requests += len(batch) if len(batch) > 1 else 0
+        c.tokens_read += read
+        for item in batch:
+            emit(Result(
+                request_id=item.request_id,
+                margins=item.job.margins,
+                queue_ms=(started - item.enqueued) * 1000,
+                run_ms=run_ms,
+                batch_requests=len(batch),
+                read_tokens=read,
+            ))
