@@ -1,0 +1,1 @@
+"""The HTTP gateway: validate, render, tokenize, route to a worker, assemble the answer."""

@@ -1,0 +1,38 @@
+"""Tokenizing on the gateway, in a thread pool: llama.cpp's tokenizer releases the GIL (ctypes),
+so several requests tokenize in parallel while the workers compute. It loads the same GGUF
+vocab-only (no weights), through the same function the worker uses, so the ids match."""
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from shared.llama import llama, load_model, tokenize
+from shared.profiles import Profile
+
+
+class Tokenizer:
+    def __init__(self, model_path: Path, profile: Profile, *, threads: int = 2, deterministic: bool = True):
+        llama(deterministic)
+        self.model = load_model(model_path, vocab_only=True, deterministic=deterministic)
+        self.vocab = llama().llama_model_get_vocab(self.model)
+        self.profile = profile
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tokenize")
+        self.yes_ids = self._answer_ids(profile.yes)
+        self.no_ids = self._answer_ids(profile.no)
+
+    def _answer_ids(self, words: tuple[str, ...]) -> list[int]:
+        """The first token of each answer word (" Yes" and " yes" are single tokens in Gemma)."""
+        return sorted({self.encode(w)[0] for w in words})
+
+    def encode(self, text: str, *, bos: bool = False) -> list[int]:
+        return tokenize(self.vocab, text, add_bos=bos)
+
+    def encode_request(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
+        return self.encode(prefix, bos=self.profile.add_bos), [self.encode(s) for s in suffixes]
+
+    async def encode_async(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self.encode_request, prefix, suffixes)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)

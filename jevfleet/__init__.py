@@ -1,0 +1,1 @@
+"""jevfleet: a horizontally scaled, local LLM decision engine (command-line entry points)."""

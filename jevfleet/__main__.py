@@ -1,0 +1,5 @@
+import sys
+
+from jevfleet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,76 @@
+"""The `jevfleet` command: serve (the whole fleet under supervisord), gateway, worker.
+
+Every setting of conf/jevfleet.toml is also a flag of every subcommand (--batch-tokens for
+batch_tokens ...), so one table documents them all.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from typing import Sequence
+
+from shared.config import Settings, load_settings
+
+HELP = {
+    "host": "address the HTTP gateway listens on (default 127.0.0.1)",
+    "port": "HTTP port (default 8017)",
+    "max_body_bytes": "request body limit after decompression, bytes (default 4 MiB)",
+    "deadline_s": "seconds a request may wait before it is answered 503 (default 30)",
+    "tokenizer_threads": "gateway threads that tokenize (default 2)",
+    "workers": "worker processes; 0 = one per --cores-per-worker cores (default 0)",
+    "cores_per_worker": "cores each worker is pinned to (default 2)",
+    "endpoint": "ZeroMQ endpoint of the gateway (default ipc://<run-dir>/workers.ipc)",
+    "heartbeat_s": "worker heartbeat period, seconds (default 0.5)",
+    "dead_after_s": "a worker silent this long is taken out of service (default 2)",
+    "run_dir": "supervisord socket, pid file and logs (default /tmp/jevfleet-<port>)",
+    "profile": "model profile name (conf/models/NAME.toml) or path to a .toml",
+    "model": "GGUF file overriding the profile's model",
+    "ctx": "longest prompt of one question, tokens (default 8192)",
+    "batch_tokens": "token budget of one scheduler batch (default 384)",
+    "threads": "llama.cpp threads per worker; 0 = its core count (default 0)",
+    "mode": "deterministic (same answer on every path, default) or fast",
+    "cache_dir": "where the assembled default model is kept (default ~/.cache/jevfleet)",
+}
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML settings file (default conf/jevfleet.toml, or $JEV_CONFIG)")
+    for f in fields(Settings):
+        kind = {"int": int, "float": float}.get(f.type, str)
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=None,
+                            help=HELP[f.name] + f"  [env JEV_{f.name.upper()}]")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {f.name: getattr(args, f.name) for f in fields(Settings)}
+    return load_settings(overrides, config_file=args.config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jevfleet", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run gateway and workers under supervisord (foreground)")
+    gateway = sub.add_parser("gateway", help="run the HTTP gateway")
+    worker = sub.add_parser("worker", help="run one worker process")
+    worker.add_argument("--index", type=int, default=0, help="process number; picks the default core set")
+    worker.add_argument("--cores", default="", help="explicit core set, e.g. 2-3 or 0,2")
+    worker.add_argument("--id", default="", help="worker id (default <hostname>/w<index>)")
+    for p in (serve, gateway, worker):
+        _add_settings_flags(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = _settings(args)
+    if args.command == "serve":
+        from jevfleet.supervise import serve
+
+        return serve(settings)
+    if args.command == "gateway":
+        from gateway.app import run_gateway_process
+
+        return run_gateway_process(settings)
+    from worker.process import run_worker_process
+
+    return run_worker_process(settings, index=args.index, cores=args.cores, worker_id=args.id)
