@@ -1,0 +1,16 @@
+"""The default model, loaded once per test session for tests that need the real engine."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from shared.config import load_settings
+from shared.model_files import resolve_model
+from shared.profiles import Profile, load_profile
+
+
+@lru_cache(maxsize=1)
+def default_model() -> tuple[Profile, Path]:
+    settings = load_settings(environ={})
+    profile = load_profile(settings.profile)
+    return profile, resolve_model(profile, settings.cache_path)

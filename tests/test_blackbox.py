@@ -1,0 +1,107 @@
+"""Black-box tests: the real fleet (supervisord, gateway, a worker, the real model) over HTTP."""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.fleet import Fleet, http, post_json
+
+README_EXAMPLE = {
+    "model": "jev-latest",
+    "state": "I was charged twice for the same order.",
+    "questions": {"billing": {"type": "noul", "instructions": "Is this a billing problem?"}},
+}
+
+# (question, a state where the answer is plainly yes, one where it is plainly no)
+CLEAR_PAIRS = [
+    ("Is this a billing problem?", "I was charged twice for my order and want the extra payment back.",
+     "The app crashes every time I open the settings page."),
+    ("Is the meeting on Friday?", "The team meeting is scheduled for Friday at 10am.",
+     "The team meeting is scheduled for Tuesday at 10am."),
+    ("Is the customer happy?", "I love this product, it works perfectly and I am very happy with it.",
+     "This product is terrible, it broke after one day and I am very unhappy."),
+    ("Is the text about a dog?", "My dog loves to chase the ball in the park.",
+     "The stock market fell sharply this morning."),
+    ("Is the user asking for a refund?", "I want a refund for this broken blender, please return my money.",
+     "Can you tell me how to change my password?"),
+    ("Is the order cancelled?", "Your order has been cancelled at your request.",
+     "Your order has shipped and will arrive tomorrow."),
+]
+
+
+def ask(fleet: Fleet, state: str, question: str) -> float:
+    status, _, body = post_json(fleet.url + "/v1/systemone", {
+        "model": "jev-latest", "state": state, "questions": {"q": {"type": "noul", "instructions": question}}})
+    assert status == 200, body
+    return body["answers"]["q"]["noul"]
+
+
+@pytest.mark.fleet
+def test_readme_example_answers_with_a_probability(fleet):
+    status, headers, body = post_json(fleet.url + "/v1/systemone", README_EXAMPLE)
+    assert status == 200, body
+    assert body["model"] == "gemma-3-270m"
+    answer = body["answers"]["billing"]
+    assert answer["type"] == "noul" and 0.0 <= answer["noul"] <= 1.0
+    assert isinstance(body["usage"]["input_tokens"], int) and body["usage"]["input_tokens"] > 0
+    assert body["usage"]["output_tokens"] == 0
+    phases = [part.split(";")[0] for part in headers["Server-Timing"].split(", ")]
+    assert phases == ["parse", "validate", "tokenize", "queue", "inference", "respond", "total"]
+    assert headers["x-request-id"]
+
+
+@pytest.mark.fleet
+def test_clear_cut_yes_states_score_higher_than_no_states(fleet):
+    wins = [ask(fleet, yes, q) > ask(fleet, no, q) for q, yes, no in CLEAR_PAIRS]
+    assert sum(wins) >= 5, wins
+
+
+@pytest.mark.fleet
+def test_concurrent_requests_each_get_their_own_answer(fleet):
+    (q, yes, no), _ = CLEAR_PAIRS[2], None
+    alone = {yes: ask(fleet, yes, q), no: ask(fleet, no, q)}
+    with ThreadPoolExecutor(2) as pool:
+        together = dict(zip((yes, no), pool.map(lambda s: ask(fleet, s, q), (yes, no))))
+    assert together == alone  # deterministic mode: batch mates do not change an answer
+
+
+@pytest.mark.fleet
+def test_health_reports_ready_workers_and_model_identity(fleet):
+    status, _, raw = http("GET", fleet.url + "/health")
+    body = json.loads(raw)
+    assert status == 200 and body["status"] == "ready"
+    assert body["model"] == "gemma-3-270m"
+    (worker,) = body["workers"]
+    assert set(worker) >= {"id", "pid", "cores", "state", "queued_tokens", "queued_requests"}
+    assert worker["state"] == "up" and worker["cores"]
+    assert isinstance(body["engine"]["batched_requests"], int)
+    (sha,) = body["model_files"].values()
+    assert len(sha) == 64 and body["fingerprint"]
+
+
+@pytest.mark.fleet
+def test_models_lists_the_served_model_then_the_alias(fleet):
+    status, _, raw = http("GET", fleet.url + "/v1/models")
+    assert status == 200
+    names = [m["name"] for m in json.loads(raw)["models"]]
+    assert names == ["gemma-3-270m", "jev-latest"]
+    assert all(len(m["release_date"]) == 10 for m in json.loads(raw)["models"])
+
+
+@pytest.mark.fleet
+def test_unknown_path_and_wrong_method_answer_json(fleet):
+    status, headers, raw = http("GET", fleet.url + "/nowhere")
+    assert (status, json.loads(raw)) == (404, {"detail": "Not Found"})
+    status, headers, raw = http("GET", fleet.url + "/v1/systemone")
+    assert (status, json.loads(raw)) == (405, {"detail": "Method Not Allowed"})
+    assert headers["Allow"] == "POST"
+
+
+@pytest.mark.fleet
+def test_bad_body_is_a_422_not_a_5xx(fleet):
+    status, _, body = post_json(fleet.url + "/v1/systemone", {"model": "jev-latest", "state": "x", "questions": {}})
+    assert status == 422 and body["detail"][0]["loc"] == ["body", "questions"]
+    status, _, body = post_json(fleet.url + "/v1/systemone", {**README_EXAMPLE, "model": "gpt-4"})
+    assert status == 422 and body["detail"][0]["type"] == "value_error"
