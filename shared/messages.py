@@ -6,6 +6,8 @@ readable by an older peer, which ignores keys it does not know.
 """
 from __future__ import annotations
 
+import hashlib
+import struct
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -109,3 +111,10 @@ def decode(frame: bytes) -> Message:
         raise ValueError(f"not a fleet message: {exc!r}") from exc
     known = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def prefix_key(tokens: list[int]) -> str:
+    """A short stable name for a token prefix. Workers list the keys of the prefixes they hold
+    as snapshots (Heartbeat.snapshot_keys); the gateway computes the key of a request's prefix
+    to route it to the worker that already holds it."""
+    return hashlib.blake2b(struct.pack(f"<{len(tokens)}i", *tokens), digest_size=8).hexdigest()

@@ -58,3 +58,10 @@ def test_score_and_result_cross_a_real_router_dealer_pair(tmp_path):
         router.close(0)
         dealer.close(0)
         ctx.term()
+
+
+def test_prefix_key_is_stable_and_tells_prefixes_apart():
+    from shared.messages import prefix_key
+
+    assert prefix_key([2, 10, 11]) == prefix_key([2, 10, 11])
+    assert len({prefix_key([2, 10, 11]), prefix_key([2, 10]), prefix_key([2, 10, 12]), prefix_key([])}) == 4
