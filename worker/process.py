@@ -22,7 +22,8 @@ from shared.profiles import load_profile
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine, Job
 from worker.scheduler import Pending, Scheduler
-from worker.warmup import startup_warmup
+from worker.snapshots import preamble_tokens
+from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
 
 log = logging.getLogger("jevfleet.worker")
 RESULTS = "inproc://results"
@@ -45,7 +46,10 @@ class WorkerProcess:
             batch_tokens=settings.batch_tokens,
             threads=threads,
             deterministic=settings.mode == "deterministic",
+            state_cache=settings.state_cache,
+            state_cache_tokens=settings.state_cache_tokens,
         )
+        self.engine.pin(preamble_tokens(self.engine.tokenize, self.profile))
         self.scheduler = Scheduler(
             self.engine, budget=settings.batch_tokens, max_requests=self.engine.max_batch_requests
         )
@@ -62,14 +66,18 @@ class WorkerProcess:
             fingerprint=f"{self.profile.name}:{self.model_sha256[:16]}:{self.settings.mode}",
             queued_tokens=tokens,
             queued_requests=requests,
-            stats=vars(self.scheduler.counters).copy(),
+            snapshot_keys=list(self.engine.cache.keys),
+            stats={**vars(self.scheduler.counters), "state_snapshots": self.engine.cache.stats()},
         )
 
     def _scheduler_thread(self, zctx: zmq.Context) -> None:
         push = zctx.socket(zmq.PUSH)
         push.connect(RESULTS)
+        idle = None
+        if self.settings.warmup:
+            idle = IdleWarmup(self.engine, max_length=self.settings.batch_tokens, stop=self.scheduler.waiting)
         try:
-            self.scheduler.run(lambda msg: push.send(encode(msg)))
+            self.scheduler.run(lambda msg: push.send(encode(msg)), idle=idle, idle_grace_s=IDLE_GRACE_S)
         finally:
             push.close(linger=1000)
 
@@ -82,7 +90,8 @@ class WorkerProcess:
             self.scheduler.cancel(msg.request_id)
 
     def serve(self) -> int:
-        startup_warmup(self.engine, self.profile)
+        if self.settings.warmup:
+            startup_warmup(self.engine, self.profile)
         zctx = zmq.Context()
         pull = zctx.socket(zmq.PULL)
         pull.bind(RESULTS)
