@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 
 from shared.messages import prefix_key
 from tests.fake_cells import FakeCells, OutOfOrder, run_batch
-from worker.snapshots import SnapshotCache, common_prefix
+from tests.kv_layout import in_position_order
+from tests.model import default_model, make_job
+from worker.engine import Engine
+from worker.snapshots import SnapshotCache, common_prefix, preamble_tokens
 
 PREAMBLE = list(range(1000, 1040))  # 40 tokens every prompt starts with
 
@@ -153,3 +156,95 @@ def test_random_traffic_keeps_limits_prefixes_and_cell_order(batches, entries, t
         for e in cache.entries:
             assert cells.tokens(e.seq) == e.tokens and cells.in_order(e.seq)
         assert cells.used() <= tokens  # snapshots hold at most their token budget in cells
+
+
+# --- the real model ----------------------------------------------------------------------------
+STATES = {
+    # two states sharing a long beginning, then diverging
+    "late": "Order 5521 from Ines contains two green tents for Lisbon. The courier picked it up on Monday and "
+            "the tracking page has not changed since; the customer now says the parcel is late.",
+    "paid": "Order 5521 from Ines contains two green tents for Lisbon. The courier picked it up on Monday and "
+            "the tracking page has not changed since; the customer has paid the invoice in full.",
+    "crash": "Since the last update the mobile app closes itself whenever I open the settings page, and "
+             "reinstalling it did not help at all.",
+}
+QUESTIONS = ["Is the parcel late?", "Has the customer paid?"]
+
+
+@pytest.fixture(scope="module")
+def fresh() -> Engine:
+    """No snapshots at all: every prompt is read from its first token."""
+    _, path = default_model()
+    engine = Engine(path, ctx=1024, threads=2, state_cache=0)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def cached() -> Engine:
+    """The preamble and two states fit: a third state evicts, and hits must relocate."""
+    profile, path = default_model()
+    engine = Engine(path, ctx=1024, threads=2, state_cache=3, state_cache_tokens=900)
+    engine.pin(preamble_tokens(engine.tokenize, profile))
+    yield engine
+    engine.close()
+
+
+def check_cache(engine: Engine) -> None:
+    cache = engine.cache
+    assert len(cache.entries) <= cache.max_entries and cache.tokens <= cache.max_tokens
+    for e in cache.entries:
+        assert in_position_order(engine, e.seq), f"snapshot {e.key} has cells out of position order"
+
+
+def test_answers_are_bit_identical_fresh_cold_warm_alone_and_batched(fresh, cached):
+    reference = {}
+    for name, text in STATES.items():
+        job = make_job(fresh, text, QUESTIONS)
+        fresh.run([job])
+        reference.update({(name, q): m for q, m in zip(QUESTIONS, job.margins)})
+    rng = random.Random(4)
+    names = list(STATES)
+    batches = [[("late", QUESTIONS)], [("late", QUESTIONS[:1])], [("paid", QUESTIONS)]]
+    batches += [[(rng.choice(names), rng.sample(QUESTIONS, rng.randint(1, 2))) for _ in range(rng.randint(1, 3))]
+                for _ in range(6)]
+    served_from_snapshot = 0
+    for batch in batches:
+        jobs = [make_job(cached, STATES[name], qs) for name, qs in batch]
+        cached.run(jobs)
+        for (name, qs), job in zip(batch, jobs):
+            assert job.margins == [reference[(name, q)] for q in qs], (name, qs, job.reused)
+            served_from_snapshot += job.reused > len(cached.cache.entries[0].tokens)
+        check_cache(cached)
+    stats = cached.cache.stats()
+    assert served_from_snapshot >= 5 and stats["hits"] >= 5 and stats["relocations"] >= 1, stats
+
+
+def test_states_longer_than_the_sliding_window(fresh, cached):
+    """Gemma 3's sliding-window layers see the last 512 positions, and a relocated snapshot
+    keeps only those: a partial match into a long snapshot is used while its window is held and
+    given up after a move. The answers are bit-identical either way."""
+    doc = " ".join(f"Line {i}: the sensor in room {i % 7} reported {20 + i % 5} degrees at noon." for i in range(15))
+    states = {"a": doc + " The heating was then switched off.", "b": doc + " The windows were then opened.",
+              "c": doc + " Nobody changed anything afterwards."}
+    question = ["Was the heating switched off?"]
+    reference = {}
+    for name, text in states.items():
+        job = make_job(fresh, text, question)
+        fresh.run([job])
+        reference[name] = job.margins
+    cache = cached.cache
+    cache.clear()
+    a = make_job(cached, states["a"], question)
+    assert len(a.prefix) > cache.n_swa > 0
+    cached.run([a])
+    b = make_job(cached, states["b"], question)
+    cached.run([b])  # a partial match into the snapshot of "a", whose window is held
+    assert b.margins == reference["b"] and b.reused == common_prefix(a.prefix, b.prefix)
+    cache.lost_placement()  # as after an eviction below "a": its next use moves it
+    a = make_job(cached, states["a"], question)
+    c = make_job(cached, states["c"], question)
+    cached.run([a, c])
+    assert a.margins == reference["a"] and a.reused == len(a.prefix)
+    assert c.margins == reference["c"] and c.reused == len(cache.entries[0].tokens)  # the preamble only
+    check_cache(cached)

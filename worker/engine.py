@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from shared.llama import llama, load_model, tokenize
+from shared.llama import llama, load_model, set_abort_callback, tokenize
 from worker.pieces import piece_sizes
 from worker.snapshots import SnapshotCache
 
@@ -100,6 +100,15 @@ class Engine:
         self.seen_shapes: set[int] = set()  # rows per llama_decode so far (idle warmup)
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model))
+
+    def close(self) -> None:
+        """Free the context and the model (a process that exits need not call this)."""
+        lib = llama()
+        if self.ctx_ptr:
+            lib.llama_batch_free(self.batch)
+            lib.llama_free(self.ctx_ptr)
+            lib.llama_model_free(self.model)
+            self.ctx_ptr = None
 
     # --- tokens -----------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]:
@@ -258,14 +267,11 @@ class Engine:
             b.logits[row] = row == rows - 1
         b.n_tokens = rows
         callback = lib.ggml_abort_callback(lambda _data: bool(stop()))
-        set_abort = lib._lib.llama_set_abort_callback
-        set_abort.argtypes = [ctypes.c_void_p, lib.ggml_abort_callback, ctypes.c_void_p]
-        set_abort.restype = None
-        set_abort(self.ctx_ptr, callback, None)
+        set_abort_callback(self.ctx_ptr, callback)
         try:
             rc = lib.llama_decode(self.ctx_ptr, b)
         finally:
-            set_abort(self.ctx_ptr, lib.ggml_abort_callback(), None)
+            set_abort_callback(self.ctx_ptr, None)
             self.remove(self.scratch)
         if rc not in (0, 2):
             raise RuntimeError(f"llama_decode returned {rc}")

@@ -252,6 +252,11 @@ class SnapshotCache:
         self.backend.copy(work_seq, seq, len(tokens))
         self._add(Entry(tokens=list(tokens), seq=seq, key=prefix_key(tokens), pinned=True, placed=self.epoch))
 
+    def clear(self) -> None:
+        """Forget every snapshot but the pinned preamble."""
+        for e in [e for e in self._entries if not e.pinned]:
+            self._evict(e)
+
     def lost_placement(self) -> None:
         """After a failed batch nothing is known about free cells: move before the next use."""
         self.epoch += 1
