@@ -7,6 +7,7 @@ from pathlib import Path
 from shared.config import load_settings
 from shared.model_files import resolve_model
 from shared.profiles import Profile, load_profile
+from worker import warmup
 from worker.engine import Engine, Job
 
 
@@ -19,9 +20,4 @@ def default_model() -> tuple[Profile, Path]:
 
 def make_job(engine: Engine, state: str, questions: list[str]) -> Job:
     """A request of the default profile, tokenized like the gateway does."""
-    profile, _ = default_model()
-    prefix = engine.tokenize(profile.preamble + profile.prefix.format(state=state), add_bos=profile.add_bos)
-    suffixes = [engine.tokenize(profile.suffix.format(question=q)) for q in questions]
-    yes = sorted({engine.tokenize(w)[0] for w in profile.yes})
-    no = sorted({engine.tokenize(w)[0] for w in profile.no})
-    return Job(prefix=prefix, suffixes=suffixes, yes_ids=yes, no_ids=no)
+    return warmup.make_job(engine, default_model()[0], state, questions)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from shared.messages import prefix_key
 from tests.fake_cells import FakeCells, OutOfOrder, run_batch
+from tests.fleet import post_json
 from tests.kv_layout import in_position_order
 from tests.model import default_model, make_job
 from worker.engine import Engine
@@ -248,3 +249,20 @@ def test_states_longer_than_the_sliding_window(fresh, cached):
     assert a.margins == reference["a"] and a.reused == len(a.prefix)
     assert c.margins == reference["c"] and c.reused == len(cache.entries[0].tokens)  # the preamble only
     check_cache(cached)
+
+
+COUNTERS = ("kept", "max", "tokens", "max_tokens", "hits", "misses", "reused_tokens", "bytes")
+
+
+@pytest.mark.fleet
+def test_health_reports_state_snapshots_summed_and_per_worker(fleet):
+    request = {"model": "jev-latest", "state": STATES["crash"],
+               "questions": {"q": {"type": "noul", "instructions": "Does the app crash?"}}}
+    for _ in range(2):
+        status, _, body = post_json(fleet.url + "/v1/systemone", request)
+        assert status == 200, body
+    body = fleet.wait_for(lambda h: h["engine"]["state_snapshots"].get("hits", 0) >= 1, "counting a snapshot hit")
+    snapshots = body["engine"]["state_snapshots"]
+    (worker,) = snapshots["workers"].values()
+    assert all(snapshots[k] == worker[k] for k in COUNTERS)
+    assert snapshots["kept"] >= 2 and snapshots["reused_tokens"] > 0 and snapshots["bytes"] > 0

@@ -17,19 +17,23 @@ from worker.engine import Engine, Job
 IDLE_GRACE_S = 0.5  # empty-queue time before idle warmup starts
 
 
+def make_job(engine: Engine, profile: Profile, state: str, questions: list[str]) -> Job:
+    """A request rendered and tokenized the way the gateway does it (plain-text state, yes/no
+    questions): for warmup, tests and benchmarks."""
+    prefix = engine.tokenize(profile.preamble + profile.prefix.format(state=state), add_bos=profile.add_bos)
+    suffixes = [engine.tokenize(profile.suffix.format(question=q)) for q in questions]
+    yes = sorted({engine.tokenize(w)[0] for w in profile.yes})
+    no = sorted({engine.tokenize(w)[0] for w in profile.no})
+    return Job(prefix=prefix, suffixes=suffixes, yes_ids=yes, no_ids=no)
+
+
 def startup_warmup(engine: Engine, profile: Profile) -> None:
     """A request with two questions, then two requests in one batch: every layer and the
     output row are touched, and the piece sizes of typical prompts have run once."""
-    def job(state: str, questions: list[str]) -> Job:
-        prefix = engine.tokenize(profile.preamble + profile.prefix.format(state=state), add_bos=profile.add_bos)
-        suffixes = [engine.tokenize(profile.suffix.format(question=q)) for q in questions]
-        yes = [engine.tokenize(profile.yes[0])[0]]
-        no = [engine.tokenize(profile.no[0])[0]]
-        return Job(prefix=prefix, suffixes=suffixes, yes_ids=yes, no_ids=no)
-
-    engine.run([job("The sky is blue.", ["Is the sky blue?", "Is it raining?"])], warm=True)
-    engine.run([job("The parcel arrived on Monday, two days late.", ["Was the parcel late?"]),
-                job("Please cancel my order.", ["Does the writer want the order?"])], warm=True)
+    engine.run([make_job(engine, profile, "The sky is blue.", ["Is the sky blue?", "Is it raining?"])], warm=True)
+    engine.run([make_job(engine, profile, "The parcel arrived on Monday, two days late.", ["Was the parcel late?"]),
+                make_job(engine, profile, "Please cancel my order.", ["Does the writer want the order?"])],
+               warm=True)
 
 
 class IdleWarmup:
