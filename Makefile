@@ -26,3 +26,7 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+.PHONY: bench-latency
+bench-latency: $(STAMP)
+	$(PY) -m bench.latency
