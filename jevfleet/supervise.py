@@ -2,8 +2,10 @@
 supervisord, so that Ctrl-C or SIGTERM to `make serve` stops every process it started."""
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import sys
 from string import Template
 
@@ -22,6 +24,18 @@ def render_supervisord_conf(settings: Settings) -> str:
     )
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """make does not forward SIGTERM to its children; ask the kernel to send it to us (and so to
+    supervisord, which we become) when the process that started us dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: Ctrl-C still reaches the whole process group
+        pass
+
+
 def serve(settings: Settings) -> int:
     settings = replace(settings, workers=settings.worker_count, run_dir=str(settings.run_path))
     run = settings.run_path
@@ -34,5 +48,6 @@ def serve(settings: Settings) -> int:
     print(f"jevfleet: http://{settings.host}:{settings.port}  workers={settings.workers}  model={model}\n"
           f"jevfleet: logs and supervisord socket in {run}  (supervisorctl -c {conf} status)", flush=True)
     supervisord = shutil.which("supervisord", path=os.path.dirname(sys.executable)) or "supervisord"
+    _die_with_parent()
     os.execv(supervisord, [supervisord, "-n", "-c", str(conf)])
     return 1  # not reached
