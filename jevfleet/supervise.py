@@ -9,7 +9,7 @@ import signal
 import sys
 from string import Template
 
-from shared.config import CONF_DIR, Settings, replace
+from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
 from shared.model_files import resolve_model
 from shared.profiles import load_profile
 
@@ -18,6 +18,7 @@ def render_supervisord_conf(settings: Settings) -> str:
     template = Template((CONF_DIR / "supervisord.conf").read_text())
     return template.substitute(
         run_dir=settings.run_path,
+        root=PROJECT_ROOT,  # children import this checkout's code, whatever the caller's cwd
         python=sys.executable,
         workers=settings.worker_count,
         stopwaitsecs=int(settings.deadline_s) + 5,  # long enough to drain the longest request

@@ -26,6 +26,7 @@ def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
     assert worker["autorestart"] == "unexpected" and worker["exitcodes"] == "0"
     assert int(worker["stopwaitsecs"]) > settings.deadline_s
     assert conf["program:gateway"]["command"].endswith("-m jevfleet gateway")
+    assert conf["program:gateway"]["directory"] == str(ROOT) == worker["directory"]
     assert str(tmp_path) in conf["supervisord"]["logfile"]  # logs in the run dir, not the repo
 
 
