@@ -4,8 +4,9 @@
   limit is enforced while decompressing, so a zip bomb costs at most `limit` bytes of memory.
 - JSON content types (application/json, any +json, any case) are parsed; any other or no
   content type leaves the body as a string, which then fails validation like FastAPI's does.
-- Not UTF-8, an integer of more than 4300 digits, nesting too deep for the parser, or a lone
-  surrogate escape: 400. Not JSON: 422 json_invalid with the character position.
+- Not UTF-8, an integer of more than 4300 digits, nesting too deep for the parser (about 1000
+  levels; fields allow 100, see wire.MAX_DEPTH), or a lone surrogate escape: 400. Not JSON:
+  422 json_invalid with the character position.
 
 No HTTP types here: the offline `decide` command reads a request file through the same code.
 """
@@ -24,9 +25,7 @@ else:
     from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdError
 
 from gateway.errors import json_invalid, parse_error, too_large, unsupported_encoding
-from gateway.wire import json_depth
 
-MAX_NESTING = 512  # deeper JSON is a parse error (400); fields allow 100 (wire.MAX_DEPTH → 422)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -122,12 +121,10 @@ def parse_json(data: bytes) -> Any:
         raise json_invalid(exc.pos, exc.msg) from None
     except (ValueError, RecursionError):  # an int over 4300 digits; nesting past the parser's stack
         raise parse_error() from None
-    if text.count("[") + text.count("{") > MAX_NESTING and json_depth(value) > MAX_NESTING:
-        raise parse_error()
     if _SURROGATE_ESCAPE.search(text):
         try:  # a \\ud800 escape without its pair is no character: it cannot be tokenized or echoed
             json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
+        except (UnicodeEncodeError, RecursionError):
             raise parse_error() from None
     return value
 

@@ -24,27 +24,37 @@ class ApiError(Exception):
         return error_json(self.body)
 
 
-def _finite(value: Any) -> Any:
-    """A copy with NaN/±Infinity as strings: an error may echo a client's NaN, but our JSON stays strict."""
+ECHO_DEPTH = 64  # an echoed input deeper than this is cut (the parser accepts ~1000 levels)
+
+
+def _printable(value: Any, depth: int = 0) -> Any:
+    """A copy that strict JSON can carry: NaN/±Infinity as strings (an error may echo a client's
+    NaN), containers below ECHO_DEPTH as "..." (so encoding never runs out of stack)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, (dict, list)) and depth >= ECHO_DEPTH:
+        return "..."
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _printable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [_printable(v, depth + 1) for v in value]
     return value
+
+
+def _dumps(body: Any, ascii_only: bool = False) -> str:
+    return json.dumps(body, ensure_ascii=ascii_only, allow_nan=False, separators=(",", ":"))
 
 
 def error_json(body: Any) -> str:
     """Compact JSON, UTF-8 as is (like Starlette's JSONResponse), never invalid JSON."""
     try:
-        text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        text = json.dumps(_finite(body), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _dumps(body)
+    except (ValueError, RecursionError):
+        text = _dumps(_printable(body))
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate cannot be sent as UTF-8: escape it
-        text = json.dumps(json.loads(text), ensure_ascii=True, separators=(",", ":"))
+        text = _dumps(_printable(body), ascii_only=True)
     return text
 
 

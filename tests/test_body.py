@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from gateway.body import MAX_NESTING, decompress, is_json_content_type, parse_json, read_body
+from gateway.body import decompress, is_json_content_type, parse_json, read_body
 from gateway.errors import PARSE_ERROR, ApiError
 
 if sys.version_info >= (3, 14):
@@ -108,14 +108,12 @@ def test_lone_surrogate_escape_is_a_400_and_a_pair_is_a_character():
     assert read(b'{"state": "\\ud83d\\ude80"}') == {"state": "🚀"}
 
 
-@pytest.mark.parametrize("depth", [MAX_NESTING + 1, 100_000])
-def test_nesting_past_the_parser_limit_is_a_400(depth):
-    assert refused(b"[" * depth + b"]" * depth) == (400, {"detail": PARSE_ERROR})
+def test_nesting_past_the_parsers_stack_is_a_400():
+    assert refused(b"[" * 100_000 + b"]" * 100_000) == (400, {"detail": PARSE_ERROR})
 
 
-def test_nesting_up_to_the_parser_limit_is_parsed():
-    depth = MAX_NESTING
-    assert read(b"[" * depth + b"]" * depth) is not None
+def test_deep_nesting_within_the_parsers_stack_is_parsed():
+    assert read(b"[" * 500 + b"]" * 500) is not None
 
 
 @pytest.mark.parametrize("encoding, compress", [
@@ -172,8 +170,8 @@ def test_body_over_the_limit_is_413_compressed_or_not():
 
 
 def _bombs() -> dict[str, bytes]:
-    """256 MiB of zeros, compressed to a few hundred KiB each."""
-    chunk, n = bytes(1 << 20), 256
+    """64 MiB of zeros (16 times the limit), compressed to about 64 KiB each."""
+    chunk, n = bytes(1 << 20), 64
     gz = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
     zs = zstd.ZstdCompressor()
     out = {"gzip": b"", "zstd": b""}

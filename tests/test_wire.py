@@ -195,3 +195,9 @@ def test_an_error_echoing_nan_is_still_strict_json():
     text = caught.value.json()
     assert "NaN" in text and "Infinity" in text
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+@pytest.mark.parametrize("depth", [200, 900])
+def test_a_deep_value_in_a_wrong_place_is_echoed_as_json(depth):
+    (err,) = errors({**VALID, "mode": nested(depth)})
+    assert err["type"] == "extra_forbidden" and json_depth(err["input"]) <= depth
