@@ -8,7 +8,7 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 
-.PHONY: serve test setup clean bench-gateway
+.PHONY: serve test setup clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
@@ -24,14 +24,15 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Gateway-side overhead (Server-Timing parse/validate/tokenize/respond), a gateway with a stub worker.
-# BENCH_ARGS="--short 50 --large 5" for a quick run; --url http://... to measure a running fleet.
-bench-gateway: $(STAMP)
-	$(PY) bench/gateway_overhead.py $(BENCH_ARGS)
-
 clean:
 	rm -rf $(VENV) build *.egg-info
 
 .PHONY: bench-latency
 bench-latency: $(STAMP)
 	$(PY) -m bench.latency
+
+# Gateway-side overhead (Server-Timing parse/validate/tokenize/respond), a gateway with a stub worker.
+# BENCH_ARGS="--short 50 --large 5" for a quick run; --url http://... to measure a running fleet.
+.PHONY: bench-gateway
+bench-gateway: $(STAMP)
+	$(PY) -m bench.gateway_overhead $(BENCH_ARGS)

@@ -6,7 +6,7 @@ every job at once, so the figures are the gateway's own work without model time 
 samples are cheap. With --url it measures a running fleet instead (the real model; use few
 samples for the 1024-question request, each costs seconds of inference).
 
-    python bench/gateway_overhead.py [--short 300] [--large 30] [--url http://127.0.0.1:8017]
+    .venv/bin/python -m bench.gateway_overhead [--short 300] [--large 30] [--url http://127.0.0.1:8017]
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,10 +24,8 @@ from urllib.parse import urlsplit
 
 import zmq
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from shared.messages import Ready, Result, Score, decode, encode  # noqa: E402
+from shared.messages import Ready, Result, Score, decode, encode
+from tests.fleet import ROOT, free_port
 
 GATEWAY_PHASES = ("parse", "validate", "tokenize", "respond")
 SHORT = {"model": "jev-latest", "state": "I was charged twice for the same order.", "questions": {
@@ -69,12 +66,6 @@ class StubWorker(threading.Thread):
                                             run_ms=0.0, batch_requests=1, read_tokens=0)))
         sock.close()
         zctx.term()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_ready(url: str, timeout: float = 120) -> None:
