@@ -20,7 +20,7 @@ from shared.messages import Cancel, Drain, Heartbeat, Message, Ready, Score, dec
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import load_profile
 from worker.cores import derive_cores, parse_cores, pin
-from worker.engine import Engine, Job
+from worker.engine import Engine
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import startup_warmup
 
@@ -75,9 +75,7 @@ class WorkerProcess:
 
     def _on_message(self, msg: Message) -> None:
         if isinstance(msg, Score):
-            job = Job(prefix=msg.prefix, suffixes=msg.suffixes, yes_ids=msg.yes_ids, no_ids=msg.no_ids)
-            tokens = len(msg.prefix) + sum(len(s) for s in msg.suffixes)
-            self.scheduler.submit(Pending(msg.request_id, job, tokens, msg.deadline))
+            self.scheduler.submit(Pending.from_score(msg))
         elif isinstance(msg, Cancel):
             self.scheduler.cancel(msg.request_id)
 
