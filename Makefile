@@ -36,3 +36,7 @@ bench-latency: $(STAMP)
 .PHONY: bench-gateway
 bench-gateway: $(STAMP)
 	$(PY) -m bench.gateway_overhead $(BENCH_ARGS)
+
+.PHONY: bench-decide
+bench-decide: $(STAMP)
+	$(PY) -m bench.decide
