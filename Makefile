@@ -8,7 +8,7 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 
-.PHONY: serve test setup clean
+.PHONY: serve test setup clean bench-engine
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
@@ -40,3 +40,8 @@ bench-gateway: $(STAMP)
 .PHONY: bench-decide
 bench-decide: $(STAMP)
 	$(PY) -m bench.decide
+
+.PHONY: bench-engine
+# Engine benchmark (batching, snapshots, warmup, memory, modes); BENCH_ARGS=--quick for a short run.
+bench-engine: $(STAMP)
+	$(PY) -m bench.engine $(BENCH_ARGS)

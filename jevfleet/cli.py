@@ -30,6 +30,9 @@ HELP = {
     "batch_tokens": "token budget of one scheduler batch (default 384)",
     "threads": "llama.cpp threads per worker; 0 = its core count (default 0)",
     "mode": "deterministic (same answer on every path, default) or fast",
+    "state_cache": "state snapshots kept per worker; 0 = off (default 16)",
+    "state_cache_tokens": "tokens all state snapshots may hold together (default 8192)",
+    "warmup": "1 = warm up at start and in idle time, 0 = off (default 1)",
     "cache_dir": "where the assembled default model is kept (default ~/.cache/jevfleet)",
 }
 

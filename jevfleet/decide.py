@@ -23,7 +23,7 @@ from shared.config import Settings
 from shared.messages import Error, Message, Result, Score
 from shared.model_files import resolve_model
 from shared.profiles import load_profile
-from worker.engine import Engine
+from worker.process import build_engine
 from worker.scheduler import Pending, Scheduler
 
 Outcome = tuple[int, dict]  # (HTTP status the server would have sent, its JSON body)
@@ -38,8 +38,7 @@ class LocalDecider:
         path = resolve_model(self.profile, settings.cache_path, settings.model)
         deterministic = settings.mode == "deterministic"
         self.tokenizer = Tokenizer(path, self.profile, threads=1, deterministic=deterministic)
-        self.engine = Engine(path, ctx=settings.ctx, batch_tokens=settings.batch_tokens,
-                             threads=settings.threads or len(os.sched_getaffinity(0)), deterministic=deterministic)
+        self.engine = build_engine(settings, self.profile, path, settings.threads or len(os.sched_getaffinity(0)))
         self.scheduler = Scheduler(self.engine, budget=settings.batch_tokens,
                                    max_requests=self.engine.max_batch_requests)
         self._waiting: dict[str, tuple[Future[Outcome], pipeline.Prepared, pipeline.Tokens]] = {}
