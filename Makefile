@@ -8,7 +8,7 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 
-.PHONY: serve test setup clean
+.PHONY: serve test setup clean bench-scaling
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
@@ -23,6 +23,10 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# 1 worker × 2 threads vs 2 workers × 1 thread, same closed-loop load (ARGS=--quick for a short run)
+bench-scaling: $(STAMP)
+	$(PY) -m bench.scaling $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts printing figures measured side by side in one run."""
