@@ -246,14 +246,19 @@ class Fleet:
         else:
             self._assign(worker, item)
 
-    def _resend(self, item: Inflight) -> None:
+    def _resend(self, item: Inflight, *, counted: bool) -> None:
+        """Place a request whose worker was lost again. Only a confirmed loss (the process is
+        gone) uses up its one resend: a request that killed two workers is not tried on a
+        third. A worker that was merely silent may be alive and slow (a starved CPU), so that
+        resend is free and does not bar the worker from the request once it is back."""
         if item.future.done():
             return
-        if item.resends >= RESENDS:
-            item.future.set_exception(Unavailable(503, "two workers were lost while holding the request",
-                                                  self._retry_after(item.tokens)))
-            return
-        item.resends += 1
+        if counted:
+            if item.resends >= RESENDS:
+                item.future.set_exception(Unavailable(503, "two workers were lost while holding the request",
+                                                      self._retry_after(item.tokens)))
+                return
+            item.resends += 1
         self.counters["resent"] += 1
         self._place(item)
 
@@ -276,7 +281,9 @@ class Fleet:
         return False
 
     # --- membership ---------------------------------------------------------------------
-    def _mark_down(self, worker: WorkerState, why: str) -> None:
+    def _mark_down(self, worker: WorkerState, why: str, *, gone: bool = True) -> None:
+        """Take a worker out of service and resend its requests; `gone`: its process or
+        connection is known to be gone (False: it is only silent)."""
         if worker.state == "down":
             return
         worker.state = "down"
@@ -286,9 +293,10 @@ class Fleet:
                     why, len(orphans))
         now = time.monotonic()
         for item in orphans:
-            item.tried.append(worker)
+            if gone:
+                item.tried.append(worker)
             item.lost_at = now
-            self._resend(item)
+            self._resend(item, counted=gone)
 
     def _on_status(self, identity: bytes, msg: Ready) -> None:
         if (msg.worker_id, msg.pid) in self._gone:
@@ -381,7 +389,7 @@ class Fleet:
             now = time.monotonic()
             for worker in list(self.workers.values()):
                 if worker.state != "down" and now - worker.last_seen > self.dead_after_s:
-                    self._mark_down(worker, f"silent for {now - worker.last_seen:.1f}s")
+                    self._mark_down(worker, f"silent for {now - worker.last_seen:.1f}s", gone=False)
 
     async def _monitor_loop(self) -> None:
         """On a dropped connection, ping every live worker: the send fails for the gone one."""

@@ -108,6 +108,22 @@ def test_a_silent_worker_is_taken_out_and_its_requests_resent(tmp_path):
     run(go())
 
 
+def test_silence_alone_does_not_use_up_the_one_resend(tmp_path):
+    async def go():
+        async with running(settings(tmp_path)) as (fleet, worker):
+            a, b = await worker("a"), await worker("b")
+            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            await a.recv()
+            a.stop_beating()  # a is only slow: its request goes to b, which then dies
+            await b.recv()
+            b.close()
+            await until(lambda: fleet.describe()["parked"] == 1, "parked")
+            await a.start()  # a was alive all along: back in service, it gets the request again
+            await a.answer(await a.recv(), margin=3.0)
+            assert (await task).margins == [3.0]
+    run(go())
+
+
 def test_a_request_is_resent_once_then_answered_503(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
