@@ -8,7 +8,7 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 
-.PHONY: serve test setup clean bench-scaling
+.PHONY: serve test setup clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
@@ -24,10 +24,6 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# 1 worker × 2 threads vs 2 workers × 1 thread, same closed-loop load (ARGS=--quick for a short run)
-bench-scaling: $(STAMP)
-	$(PY) -m bench.scaling $(ARGS)
-
 clean:
 	rm -rf $(VENV) build *.egg-info
 
@@ -40,3 +36,9 @@ bench-latency: $(STAMP)
 .PHONY: bench-gateway
 bench-gateway: $(STAMP)
 	$(PY) -m bench.gateway_overhead $(BENCH_ARGS)
+
+# The same closed-loop load on fleets of different shapes: 1 worker × 2 threads vs 2 × 1 here.
+# BENCH_ARGS=--quick for a short run; --shapes 1x2,2x2,4x2,8x2 on a bigger machine.
+.PHONY: bench-scaling
+bench-scaling: $(STAMP)
+	$(PY) -m bench.scaling $(BENCH_ARGS)

@@ -7,7 +7,7 @@ request as soon as the previous one is answered, for `duration` seconds. Distinc
 this measures reading throughput, not the prefix cache.
 
     make bench-scaling                    # full run
-    make bench-scaling ARGS=--quick       # a short run that proves it works
+    make bench-scaling BENCH_ARGS=--quick # a short run that proves it works
 """
 from __future__ import annotations
 
