@@ -27,6 +27,27 @@ test: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info
 
+.PHONY: bench-latency
+bench-latency: $(STAMP)
+	$(PY) -m bench.latency
+
+# Gateway-side overhead (Server-Timing parse/validate/tokenize/respond), a gateway with a stub worker.
+# BENCH_ARGS="--short 50 --large 5" for a quick run; --url http://... to measure a running fleet.
+.PHONY: bench-gateway
+bench-gateway: $(STAMP)
+	$(PY) -m bench.gateway_overhead $(BENCH_ARGS)
+
+.PHONY: bench-decide
+bench-decide: $(STAMP)
+	$(PY) -m bench.decide
+
+.PHONY: bench-engine
 # Engine benchmark (batching, snapshots, warmup, memory, modes); BENCH_ARGS=--quick for a short run.
 bench-engine: $(STAMP)
 	$(PY) -m bench.engine $(BENCH_ARGS)
+
+# The same closed-loop load on fleets of different shapes: 1 worker × 2 threads vs 2 × 1 here.
+# BENCH_ARGS=--quick for a short run; --shapes 1x2,2x2,4x2,8x2 on a bigger machine.
+.PHONY: bench-scaling
+bench-scaling: $(STAMP)
+	$(PY) -m bench.scaling $(BENCH_ARGS)

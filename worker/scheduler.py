@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from shared.messages import Error, Message, Result
+from shared.messages import Error, Message, Result, Score
 from worker.engine import Job
 
 
@@ -31,6 +31,11 @@ class Pending:
     tokens: int  # all its tokens (queue depth); the budget uses the engine's estimate
     deadline: float  # time.time()
     enqueued: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def from_score(cls, msg: Score) -> Pending:
+        job = Job(prefix=msg.prefix, suffixes=msg.suffixes, yes_ids=msg.yes_ids, no_ids=msg.no_ids)
+        return cls(msg.request_id, job, len(msg.prefix) + sum(len(s) for s in msg.suffixes), msg.deadline)
 
 
 def take_batch(queue: deque[Pending], budget: int,
