@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -273,8 +274,36 @@ def part_mode(mode: str, reps: int) -> list[Row]:
     warm_job = lambda: make_job(engine, profile, item["states"][0], item["questions"][:4])
     engine.run([warm_job()])
     warm = median_ms(lambda: engine.run([warm_job()]), reps)
-    return [("5 modes", f"{mode}: 384-token read / 8x32 batch / warm 4 questions",
-             f"{prefill} / {batch} / {warm}")]
+    return [("5 modes", f"{mode}: 384-token read / 8x32 batch / warm 4 questions", f"{prefill} / {batch} / {warm}"),
+            ("5 modes", f"{mode}: largest P(yes) change across paths", path_deviation(engine, profile))]
+
+
+def path_deviation(engine: Engine, profile: Profile) -> str:
+    """The same questions answered from a fresh read (no snapshots at all), then cold, warm and
+    inside batches on `engine`: the largest difference in P(yes) from the fresh read."""
+    states, questions = WORKLOADS["W3"]["states"][1:3], WORKLOADS["W3"]["questions"][4:7]
+    plain = new_engine(mode="deterministic" if engine.deterministic else "fast", cache=0, pin=False)
+    fresh = {}
+    for state in states:
+        job = make_job(plain, profile, state, questions)
+        plain.run([job])
+        fresh.update({(state, q): m for q, m in zip(questions, job.margins)})
+    plain.close()
+    engine.cache.clear()
+    worst = 0.0
+    batches = [[(states[0], questions)], [(states[0], questions)], [(states[1], questions[:1])],
+               [(states[1], questions[1:]), (states[0], questions[2:]), (states[1], questions[:1])]]
+    for batch in batches:  # cold, warm, cold and batched, warm and batched
+        jobs = [make_job(engine, profile, state, qs) for state, qs in batch]
+        engine.run(jobs)
+        for (state, qs), job in zip(batch, jobs):
+            for q, m in zip(qs, job.margins):
+                worst = max(worst, abs(sigmoid(m) - sigmoid(fresh[(state, q)])))
+    return f"{worst:.2g}" if worst else "0 (bit-identical)"
+
+
+def sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
 
 
 PARTS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
