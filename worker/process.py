@@ -87,8 +87,8 @@ class WorkerProcess:
             job = Job(prefix=msg.prefix, suffixes=msg.suffixes, yes_ids=msg.yes_ids, no_ids=msg.no_ids)
             tokens = len(msg.prefix) + sum(len(s) for s in msg.suffixes)
             self.scheduler.submit(Pending(msg.request_id, job, tokens, msg.deadline))
-        elif isinstance(msg, Cancel):
-            self.scheduler.cancel(msg.request_id)
+        elif isinstance(msg, Cancel) and self.scheduler.cancel(msg.request_id):
+            return Error(request_id=msg.request_id, code="cancelled", message="dropped before it ran")
         return None  # Ping needs no answer: the gateway only wanted to know the link is up
 
     def serve(self) -> int:
