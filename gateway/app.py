@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from gateway import answers
 from gateway.errors import bad_request, json_error, overloaded, validation_error, value_error
 from gateway.fleet import Fleet, NoWorker, WorkerFailed
+from gateway.metrics import install as install_metrics, record_batch
 from gateway.prompts import render
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
@@ -92,6 +93,7 @@ async def systemone(request: web.Request) -> web.Response:
         if exc.code == "expired":
             return overloaded(503, "the request waited past its deadline", retry_after=1)
         raise
+    record_batch(request, result.batch_requests)
     timing.set("queue", result.queue_ms)
     timing.set("inference", result.run_ms)
     timing.lap("wait")  # queue + inference as the worker measured them, set above
@@ -148,6 +150,7 @@ def create_app(settings: Settings) -> web.Application:
         app[TOKENIZER].close()
 
     app.cleanup_ctx.append(fleet_ctx)
+    install_metrics(app, app[FLEET])
     app.router.add_post("/v1/systemone", systemone)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
