@@ -32,6 +32,9 @@ class Row:
     p90_ms: float
     p99_ms: float
     mean_ms: float  # over every completed request, shed included (the W of Little's law)
+    queue_ms: float | None = None  # our fleet only (from /metrics): mean wait for the scheduler
+    inference_ms: float | None = None  # ... mean run time of the batch an answer was in
+    batch: float | None = None  # ... mean requests per batch, as answers saw it
 
     @property
     def rps(self) -> float:
@@ -75,13 +78,19 @@ def row_from_locust_json(path: Path, *, target: str, workload: str, users: int, 
     )
 
 
-HEADER = ("| target | workload | users | req/s | p50 ms | p90 ms | p99 ms | errors | shed | L = λ·W | L / users |\n"
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+HEADER = ("| target | workload | users | req/s | p50 ms | p90 ms | p99 ms | errors | shed | L = λ·W | L / users "
+          "| queue ms | inference ms | batch |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def _opt(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
 
 
 def table_line(row: Row) -> str:
     return (f"| {row.target} | {row.workload} | {row.users} | {row.rps:.2f} | {row.p50_ms:.0f} | {row.p90_ms:.0f} "
-            f"| {row.p99_ms:.0f} | {row.errors} | {row.shed} | {row.littles_l:.2f} | {row.littles_l / row.users:.2f} |")
+            f"| {row.p99_ms:.0f} | {row.errors} | {row.shed} | {row.littles_l:.2f} | {row.littles_l / row.users:.2f} "
+            f"| {_opt(row.queue_ms, '.0f')} | {_opt(row.inference_ms, '.0f')} | {_opt(row.batch, '.1f')} |")
 
 
 def markdown_table(rows: Iterable[Row]) -> str:
@@ -95,7 +104,8 @@ def write_results(rows: list[Row], out: Path, *, command: str, machine: str) -> 
         f"Command: `{command}`\n\nMachine: {machine}\n\n"
         "Closed loop (no think time); req/s counts valid answers; percentiles are over answered requests; "
         "errors = failed requests + invalid answers; shed = 429/503. Little's law: L = λ·W over all "
-        "completed requests, expected ≈ users.\n\n"
+        "completed requests, expected ≈ users. queue/inference/batch: means over the run from our fleet's "
+        "/metrics (Server-Timing phases and batch size).\n\n"
         f"{markdown_table(rows)}\n\n![throughput and latency](throughput_latency.png)\n"
     )
     return path
@@ -123,7 +133,9 @@ def plot(rows: list[Row], out: Path) -> Path:
     ax_rps.set_ylim(bottom=0)
     ax_lat.set(xlabel="concurrent users (closed loop)", ylabel="latency (ms), log scale", title="Latency",
                yscale="log")
-    ax_lat.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ax_lat.yaxis.set_major_formatter(plain)
+    ax_lat.yaxis.set_minor_formatter(plain)
     for ax in (ax_rps, ax_lat):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({r.users for r in rows}), labels=[str(u) for u in sorted({r.users for r in rows})])

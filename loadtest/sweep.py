@@ -22,12 +22,12 @@ import subprocess
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
-from loadtest import results, servers, workloads
+from loadtest import fleet_metrics, results, servers, workloads
 from loadtest.llama_server import ensure_llama_server
 from shared.config import load_settings
 from shared.model_files import resolve_model
@@ -123,7 +123,7 @@ class Sweep:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.rows: list[results.Row] = []
         self.machine = machine()
-        settings = load_settings(environ=os.environ)
+        settings = load_settings()
         self.cache = settings.cache_path
         self.gguf = resolve_model(load_profile(settings.profile), settings.cache_path, settings.model)
         self.runs_total = len(args.target) * len(args.workload) * len(args.users)
@@ -156,10 +156,14 @@ class Sweep:
 
     def measure(self, target: str, url: str, workload: str, users: int) -> None:
         self.runs_done += 1
+        before = fleet_metrics.scrape(url) if target == "jevfleet" else {}
         stats = self.locust(target, url, workload, users=users, duration=self.args.duration,
                             tag=f"{self.runs_done}/{self.runs_total}")
         row = results.row_from_locust_json(stats, target=target, workload=workload, users=users,
                                            seconds=self.args.duration)
+        split = fleet_metrics.breakdown(before, fleet_metrics.scrape(url)) if target == "jevfleet" else None
+        if split is not None:
+            row = replace(row, queue_ms=split.queue_ms, inference_ms=split.inference_ms, batch=split.batch)
         self.rows.append(row)
         print(f"    {row.answered} answers, {row.rps:.2f} req/s, p50 {row.p50_ms:.0f} ms, p99 {row.p99_ms:.0f} ms, "
               f"errors {row.errors}, shed {row.shed}, L=λW {row.littles_l:.2f}", flush=True)

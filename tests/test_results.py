@@ -30,7 +30,7 @@ def test_a_row_from_locust_stats_counts_shed_apart_from_errors(tmp_path):
     assert (row.p50_ms, row.p90_ms, row.p99_ms) == (400, 900, 900)
     assert row.littles_l == pytest.approx((15 / 5.0) * (6030 / 15 / 1000))  # λ · W over every completed request
     table = markdown_table([row])
-    assert "| jevfleet | W1 | 4 | 2.00 | 400 | 900 | 900 | 2 | 3 |" in table
+    assert "| jevfleet | W1 | 4 | 2.00 | 400 | 900 | 900 | 2 | 3 | 1.21 | 0.30 | – | – | – |" in table
 
 
 def test_plot_writes_a_png(tmp_path):

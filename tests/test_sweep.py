@@ -34,6 +34,7 @@ def test_a_one_user_sweep_writes_the_table_and_the_plot(fleet: Fleet, tmp_path):
     (row,) = json.loads((out / "rows.json").read_text())
     assert (row["target"], row["workload"], row["users"]) == ("jevfleet", "W1", 1)
     assert row["answered"] >= 1 and row["errors"] == 0
+    assert row["queue_ms"] >= 0 and row["inference_ms"] > 0 and row["batch"] >= 1  # from the fleet's /metrics
     table = (out / "results.md").read_text()
     assert "| jevfleet | W1 | 1 |" in table and "L = λ·W" in table
     assert (out / "throughput_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
