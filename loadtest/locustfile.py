@@ -17,12 +17,13 @@ from functools import lru_cache
 
 from locust import FastHttpUser, constant, events, task
 
-from loadtest import validate, workloads
+from loadtest import workloads
+from loadtest.protocols import PROTOCOLS, Protocol
+from loadtest.validate import InvalidAnswer
 from shared.profiles import Profile, load_profile
 
 SHED_STATUSES = (429, 503)
 MAX_RETRY_WAIT_S = 5.0
-TOP_K = 20  # next-token alternatives asked of the baselines; the yes/no tokens are always in it
 
 _sequence = itertools.count()
 
@@ -41,29 +42,24 @@ def _profile(name: str) -> Profile:
 
 
 class DecisionUser(FastHttpUser):
-    """One request per loop; subclasses say what to post and how to read the answer."""
+    """One request per loop, in the format of `protocol` (loadtest/protocols.py)."""
 
     abstract = True
     wait_time = constant(0)
     network_timeout = 300.0
     connection_timeout = 30.0
-    path = ""
+    protocol: Protocol
 
     def on_start(self) -> None:
         options = self.environment.parsed_options
         self.items = workloads.load(getattr(options, "workload", "W1"))
         self.profile = _profile(getattr(options, "model_profile", "gemma-3-270m"))
 
-    def body(self, item: workloads.Item) -> dict:
-        raise NotImplementedError
-
-    def check(self, body: object) -> float:
-        raise NotImplementedError
-
     @task
     def decide(self) -> None:
         item = self.items[next(_sequence) % len(self.items)]
-        with self.client.post(self.path, json=self.body(item), name="answer", catch_response=True) as resp:
+        body = self.protocol.body(self.profile, item)
+        with self.client.post(self.protocol.path, json=body, name="answer", catch_response=True) as resp:
             if resp.status_code in SHED_STATUSES:
                 resp.request_meta["name"] = "shed"
                 resp.success()
@@ -73,46 +69,20 @@ class DecisionUser(FastHttpUser):
                 return
             else:
                 try:
-                    self.check(resp.json())
-                except (validate.InvalidAnswer, ValueError) as exc:
+                    self.protocol.check(resp.json(), self.profile)
+                except (InvalidAnswer, ValueError) as exc:
                     resp.failure(f"invalid answer: {exc}")
                 return
         time.sleep(wait)  # gevent-patched: only this user waits
 
 
 class JevfleetUser(DecisionUser):
-    """POST /v1/systemone with one noul question."""
-
-    path = "/v1/systemone"
-
-    def body(self, item: workloads.Item) -> dict:
-        return workloads.decision_body(item)
-
-    def check(self, body: object) -> float:
-        return validate.check_decision(body, workloads.QUESTION_ID)
+    protocol = PROTOCOLS["jevfleet"]
 
 
 class LlamaCppPythonUser(DecisionUser):
-    """llama-cpp-python's server: OpenAI /v1/completions, one token, top-k log-probabilities."""
-
-    path = "/v1/completions"
-
-    def body(self, item: workloads.Item) -> dict:
-        return {"prompt": workloads.prompt_text(self.profile, item), "max_tokens": 1, "logprobs": TOP_K,
-                "temperature": 0.0}
-
-    def check(self, body: object) -> float:
-        return validate.check_openai_completion(body, self.profile)
+    protocol = PROTOCOLS["llama-cpp-python"]
 
 
 class LlamaServerUser(DecisionUser):
-    """llama.cpp's llama-server: native /completion, n_predict 1, n_probs."""
-
-    path = "/completion"
-
-    def body(self, item: workloads.Item) -> dict:
-        return {"prompt": workloads.prompt_text(self.profile, item), "n_predict": 1, "n_probs": TOP_K,
-                "temperature": 0.0, "cache_prompt": True}
-
-    def check(self, body: object) -> float:
-        return validate.check_llama_server_completion(body, self.profile)
+    protocol = PROTOCOLS["llama-server"]

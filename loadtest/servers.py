@@ -40,6 +40,18 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return 0, b""
 
 
+def post_json(url: str, body: object, timeout: float) -> tuple[int, bytes]:
+    """(status, body) of a JSON POST; status 0 when nothing answers."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+    except OSError:
+        return 0, b""
+
+
 def fleet_ready(url: str) -> bool:
     status, body = get(url + "/health")
     try:

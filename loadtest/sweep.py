@@ -8,7 +8,8 @@ Targets are measured one after the other on the same machine, GGUF, thread count
   llama-cpp-python  `python -m llama_cpp.server` on the same GGUF, started and stopped here
   llama-server      llama.cpp's server, built on first use into the cache dir (loadtest/llama_server.py)
 `both` = jevfleet + llama-cpp-python; `all` adds llama-server. Each target gets a short unmeasured
-warm-up run first. DIR gets results.md, throughput_latency.png (rewritten after every run, so an
+warm-up run first, and every measured run starts once one probe request has been answered (so
+work abandoned by the previous run does not land in the next one). DIR gets results.md, throughput_latency.png (rewritten after every run, so an
 interrupted sweep keeps what it measured), rows.json and the logs of every Locust run and server.
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tqdm import tqdm
 
 from loadtest import fleet_metrics, results, servers, workloads
 from loadtest.llama_server import ensure_llama_server
+from loadtest.protocols import PROTOCOLS
 from shared.config import load_settings
 from shared.model_files import resolve_model
 from shared.profiles import load_profile
@@ -37,6 +39,7 @@ TARGETS = ("jevfleet", "llama-cpp-python", "llama-server")
 ALIASES = {"both": ("jevfleet", "llama-cpp-python"), "all": TARGETS}
 USER_CLASS = {"jevfleet": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser", "llama-server": "LlamaServerUser"}
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+SETTLE_TIMEOUT_S = 600.0
 
 
 def seconds(text: str) -> int:
@@ -125,7 +128,8 @@ class Sweep:
         self.machine = machine()
         settings = load_settings()
         self.cache = settings.cache_path
-        self.gguf = resolve_model(load_profile(settings.profile), settings.cache_path, settings.model)
+        self.profile = load_profile(settings.profile)
+        self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
         self.runs_total = len(args.target) * len(args.workload) * len(args.users)
         self.runs_done = 0
 
@@ -156,6 +160,7 @@ class Sweep:
 
     def measure(self, target: str, url: str, workload: str, users: int) -> None:
         self.runs_done += 1
+        self.settle(target, url, workload)
         before = fleet_metrics.scrape(url) if target == "jevfleet" else {}
         stats = self.locust(target, url, workload, users=users, duration=self.args.duration,
                             tag=f"{self.runs_done}/{self.runs_total}")
@@ -169,13 +174,24 @@ class Sweep:
               f"errors {row.errors}, shed {row.shed}, L=λW {row.littles_l:.2f}", flush=True)
         self.write()
 
+    def settle(self, target: str, url: str, workload: str) -> None:
+        """Send one request and wait for its answer before a measured run. When Locust stops a run
+        it abandons the requests in flight, and a server may still work them off (a running batch
+        cannot be cancelled); on a FIFO server this probe's answer comes after that backlog."""
+        protocol = PROTOCOLS[target]
+        status, _ = servers.post_json(url + protocol.path, protocol.body(self.profile, workloads.load(workload)[0]),
+                                      timeout=SETTLE_TIMEOUT_S)
+        if status != 200:
+            print(f"    warning: settle probe got status {status}", flush=True)
+
     def locust(self, target: str, url: str, workload: str, *, users: int, duration: int, tag: str) -> Path:
         """One headless Locust run; returns its JSON stats file."""
         name = f"{target}-{workload}-u{users}" + ("-warmup" if tag == "warmup" else "")
         stats, log_path = self.logs / f"{name}.json", self.logs / f"{name}.log"
         cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
                "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{duration}s",
-               "--host", url, "--workload", workload, "--json-file", str(stats.with_suffix("")),
+               "--host", url, "--workload", workload, "--model-profile", str(self.profile.source),
+               "--json-file", str(stats.with_suffix("")),
                "--loglevel", "WARNING", USER_CLASS[target]]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(servers.ROOT), os.environ.get("PYTHONPATH")]))}
         desc = f"[{tag}] {target} {workload} users={users}"
