@@ -17,7 +17,7 @@ LOADTEST_DURATION ?= 20s
 LOADTEST_WORKLOAD ?= W1
 LOADTEST_OUT ?= docs/benchmarks
 
-.PHONY: serve test setup clean loadtest
+.PHONY: serve test setup clean loadtest bench-engine
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
@@ -39,3 +39,22 @@ loadtest: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+.PHONY: bench-latency
+bench-latency: $(STAMP)
+	$(PY) -m bench.latency
+
+# Gateway-side overhead (Server-Timing parse/validate/tokenize/respond), a gateway with a stub worker.
+# BENCH_ARGS="--short 50 --large 5" for a quick run; --url http://... to measure a running fleet.
+.PHONY: bench-gateway
+bench-gateway: $(STAMP)
+	$(PY) -m bench.gateway_overhead $(BENCH_ARGS)
+
+.PHONY: bench-decide
+bench-decide: $(STAMP)
+	$(PY) -m bench.decide
+
+.PHONY: bench-engine
+# Engine benchmark (batching, snapshots, warmup, memory, modes); BENCH_ARGS=--quick for a short run.
+bench-engine: $(STAMP)
+	$(PY) -m bench.engine $(BENCH_ARGS)

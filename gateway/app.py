@@ -1,23 +1,24 @@
 """The aiohttp application: routes, error shapes, and the path of one decision request."""
 from __future__ import annotations
 
-import json
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
 
-from aiohttp import web
-from pydantic import ValidationError
+from aiohttp import hdrs, web
 
-from gateway import answers
-from gateway.errors import bad_request, json_error, overloaded, validation_error, value_error
+from gateway import pipeline
+from gateway.auth import OPEN_PATHS, authorized
+from gateway.body import read_body
+from gateway.errors import (ApiError, detail, internal_error, method_not_allowed, not_found, overloaded, too_large,
+                            unauthorized)
 from gateway.fleet import Fleet, NoWorker, WorkerFailed
 from gateway.metrics import install as install_metrics, record_batch
-from gateway.prompts import render
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
-from gateway.wire import DecisionRequest, DecisionResponse, ModelCard, ModelList, Usage
+from gateway.wire import ModelCard, ModelList
 from shared.config import Settings
 from shared.messages import Score
 from shared.model_files import file_sha256, resolve_model
@@ -30,78 +31,93 @@ PROFILE = web.AppKey("profile", Profile)
 FLEET = web.AppKey("fleet", Fleet)
 TOKENIZER = web.AppKey("tokenizer", Tokenizer)
 MODEL_FILE = web.AppKey("model_file", Path)
+API_KEY = web.AppKey("api_key", str)  # "" = no authentication
+TIMING = "timing"  # request key: the request's Timing, started before its body is read
+
+# aiohttp must hand us compressed bodies as they are: it would answer zstd with a text/plain 400
+# and inflate gzip without our size limit. gateway/body.py decompresses, bounded.
+SERVER_OPTIONS = {"auto_decompress": False}
+# Headroom over the body limit for the compressed form of an incompressible body; the limit
+# itself is enforced on the decompressed bytes (gateway/body.py).
+BODY_SLACK = 64 * 1024
+
+
+def error_response(err: ApiError) -> web.Response:
+    return web.Response(body=err.json().encode("utf-8"), status=err.status, headers=err.headers,
+                        content_type="application/json")
+
+
+def _check_api_key(request: web.Request) -> None:
+    key = request.app[API_KEY]
+    if key and request.match_info.http_exception is None and request.path not in OPEN_PATHS:
+        if not authorized(request.headers.get(hdrs.AUTHORIZATION), key):
+            raise unauthorized()
 
 
 @web.middleware
 async def request_id_and_errors(request: web.Request, handler) -> web.StreamResponse:
-    """Every response carries a request id, and every error body is JSON."""
-    rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+    """Every response carries a request id (the client's, if it sent one), every error body is
+    JSON, every POST answer has Server-Timing, and the API key is checked before anything else."""
+    rid = request.headers.get("x-request-id") or request.headers.get("x-typesafe-request-id") or uuid.uuid4().hex
+    timing = request[TIMING] = Timing()
     try:
+        _check_api_key(request)
         response = await handler(request)
+    except ApiError as err:
+        response = error_response(err)
     except web.HTTPMethodNotAllowed as exc:
-        response = json_error(405, "Method Not Allowed", headers={"Allow": ",".join(sorted(exc.allowed_methods))})
+        response = error_response(method_not_allowed(exc.allowed_methods))
     except web.HTTPNotFound:
-        response = json_error(404, "Not Found")
+        response = error_response(not_found())
     except web.HTTPException as exc:
-        response = json_error(exc.status, exc.reason)
+        response = error_response(detail(exc.status, exc.reason))
     except Exception:  # a bug: still a JSON body, and the trace goes to the log, not the client
         log.exception("unhandled error on %s %s", request.method, request.path)
-        response = json_error(500, "Internal Server Error")
+        response = error_response(internal_error())
+    if request.method == "POST":
+        response.headers["Server-Timing"] = timing.header()
     response.headers["x-request-id"] = rid
     response.headers["x-typesafe-request-id"] = rid
     return response
 
 
+async def _read(request: web.Request, limit: int) -> bytes:
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large(limit) from None
+
+
 async def systemone(request: web.Request) -> web.Response:
     app = request.app
-    settings, profile = app[SETTINGS], app[PROFILE]
-    timing = Timing()
-    raw = await request.read()
-    try:
-        body = json.loads(raw.decode("utf-8-sig")) if raw else None
-    except UnicodeDecodeError:
-        return bad_request()
-    except json.JSONDecodeError as exc:
-        return validation_error([{"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error",
-                                  "input": {}, "ctx": {"error": exc.msg}}])
-    timing.lap("parse")
-    try:
-        req = DecisionRequest.model_validate(body)
-    except ValidationError as exc:
-        return validation_error(exc.errors(include_url=False), prefix=("body",))
-    if req.model != profile.name and not req.model.startswith("jev-"):
-        return value_error(["body", "model"], f"Unknown model {req.model!r}: this server answers as "
-                                              f"'{profile.name}' and accepts any 'jev-*' alias")
-    rendered = render(profile, req)
-    timing.lap("validate")
-    tok = app[TOKENIZER]
-    prefix, suffixes = await tok.encode_async(rendered.prefix, rendered.suffixes)
-    for (qid, start, end) in rendered.spans:
-        longest = len(prefix) + max(len(s) for s in suffixes[start:end])
-        if longest > settings.ctx:
-            return value_error(["body"], f"Question {qid}: {longest} tokens exceeds the context limit "
-                                         f"{settings.ctx} (--ctx); no truncation")
-    timing.lap("tokenize")
-    score = Score(request_id=uuid.uuid4().hex, prefix=prefix, suffixes=suffixes, yes_ids=tok.yes_ids,
+    settings, profile, tok = app[SETTINGS], app[PROFILE], app[TOKENIZER]
+    timing: Timing = request[TIMING]
+    with timing.phase("parse"):
+        raw = await _read(request, settings.max_body_bytes)
+        body = read_body(raw, content_type=request.headers.get(hdrs.CONTENT_TYPE),
+                         content_encoding=request.headers.get(hdrs.CONTENT_ENCODING), limit=settings.max_body_bytes)
+    with timing.phase("validate"):
+        prepared = pipeline.prepare(body, profile)
+    with timing.phase("tokenize"):
+        ids = await tok.encode_async(prepared.rendered.prefix, prepared.rendered.suffixes)
+        tokens = pipeline.check_tokens(prepared, *ids, settings.ctx)
+    score = Score(request_id=uuid.uuid4().hex, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
-    tokens = len(prefix) + sum(len(s) for s in suffixes)
     try:
-        result = await app[FLEET].submit(score, tokens)
+        result = await app[FLEET].submit(score, tokens.count)
     except NoWorker as exc:
-        return overloaded(503, str(exc), retry_after=1)
+        raise overloaded(503, str(exc), retry_after=1) from None
     except WorkerFailed as exc:
         if exc.code == "expired":
-            return overloaded(503, "the request waited past its deadline", retry_after=1)
+            raise overloaded(503, "the request waited past its deadline", retry_after=1) from None
         raise
     record_batch(request, result.batch_requests)
     timing.set("queue", result.queue_ms)
     timing.set("inference", result.run_ms)
     timing.lap("wait")  # queue + inference as the worker measured them, set above
-    response = DecisionResponse(model=profile.name, answers=answers.assemble(profile, rendered, result.margins),
-                                usage=Usage(input_tokens=tokens, output_tokens=0))
-    out = web.json_response(text=response.model_dump_json())
+    answer = pipeline.respond(profile, prepared, tokens, result.margins)
+    out = web.Response(body=answer.model_dump_json().encode("utf-8"), content_type="application/json")
     timing.lap("respond")
-    out.headers["Server-Timing"] = timing.header()
     return out
 
 
@@ -118,7 +134,15 @@ async def health(request: web.Request) -> web.Response:
     workers = list(fleet.workers.values())
     up = [w for w in workers if w.up]
     status = "ready" if len(up) >= settings.worker_count else "degraded" if up else "starting"
-    engine = {"batched_requests": sum(int(w.stats.get("batched_requests", 0)) for w in up)}
+    snapshots = {w.worker_id: w.stats.get("state_snapshots", {}) for w in up}
+    engine = {
+        "batched_requests": sum(int(w.stats.get("batched_requests", 0)) for w in up),
+        # counters summed over live workers, and each worker's own under "workers"
+        "state_snapshots": {
+            **{k: sum(int(s.get(k, 0)) for s in snapshots.values()) for k in sorted({k for s in snapshots.values() for k in s})},
+            "workers": snapshots,
+        },
+    }
     path = app[MODEL_FILE]
     fingerprints = sorted({w.fingerprint for w in up})
     body = {
@@ -132,10 +156,12 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response(body, status=200 if up else 503)
 
 
-def create_app(settings: Settings) -> web.Application:
-    app = web.Application(middlewares=[request_id_and_errors], client_max_size=settings.max_body_bytes)
+def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
+    """api_key: when not empty, the Bearer token every call but /health and /metrics needs."""
+    app = web.Application(middlewares=[request_id_and_errors], client_max_size=settings.max_body_bytes + BODY_SLACK)
     profile = load_profile(settings.profile)
     app[SETTINGS] = settings
+    app[API_KEY] = api_key
     app[PROFILE] = profile
     app[MODEL_FILE] = resolve_model(profile, settings.cache_path, settings.model)
     app[TOKENIZER] = Tokenizer(app[MODEL_FILE], profile, threads=settings.tokenizer_threads,
@@ -159,7 +185,7 @@ def create_app(settings: Settings) -> web.Application:
 
 def run_gateway_process(settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    web.run_app(create_app(settings), host=settings.host, port=settings.port, access_log=None,
-                shutdown_timeout=settings.deadline_s, print=lambda *_: log.info(
-                    "gateway on http://%s:%d", settings.host, settings.port))
+    app = create_app(settings, api_key=os.environ.get("JEV_API_KEY", ""))
+    web.run_app(app, host=settings.host, port=settings.port, access_log=None, shutdown_timeout=settings.deadline_s,
+                print=lambda *_: log.info("gateway on http://%s:%d", settings.host, settings.port), **SERVER_OPTIONS)
     return 0

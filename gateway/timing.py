@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 PHASES = ("parse", "validate", "tokenize", "queue", "inference", "respond")
 
@@ -16,6 +18,15 @@ class Timing:
         now = time.perf_counter()
         self.ms[phase] = self.ms.get(phase, 0.0) + (now - self._mark) * 1000
         self._mark = now
+
+    @contextmanager
+    def phase(self, phase: str) -> Iterator[None]:
+        """Close `phase` when the block ends, also when it raises: an error answer shows how far
+        the request got and how long that took."""
+        try:
+            yield
+        finally:
+            self.lap(phase)
 
     def set(self, phase: str, ms: float) -> None:
         self.ms[phase] = ms

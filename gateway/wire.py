@@ -1,45 +1,141 @@
 """The System One request and response shapes (../shared/wire-spec.md), as pydantic v2 models.
 
-Schema errors come out of pydantic already in FastAPI's 422 shape; checks a schema cannot
-express live in gateway/checks.py and use the short error form.
+Schema errors come out of pydantic already in FastAPI's 422 shape (validate() adds the "body"
+loc prefix the way FastAPI does); checks a schema cannot express live in gateway/checks.py and
+use the short error form. Nothing here knows about HTTP, so the offline `decide` command
+validates a request file with the same code.
 """
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic_core import PydanticKnownError
 
-Text = Annotated[str, StringConstraints(strip_whitespace=True, max_length=8000)]
-Rich = Union[Text, dict[str, Any], list[Any], None]  # instructions / descriptions / levels
+from gateway.errors import missing_body, schema_errors
+
+MAX_DEPTH = 100  # nesting levels of a JSON value inside one field (pydantic's recursion guard)
+MAX_OPTIONS = 255  # the hosted API's limit on choice options (jevOS caps at 26; we follow the API)
+MIN_LEVELS, MAX_LEVELS = 2, 10
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON value ({} and [] are 1), without recursion: a deep value must
+    not be able to raise RecursionError in the gateway."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in item if isinstance(child, (dict, list)))
+    return deepest
+
+
+def _within_depth(value: Any) -> Any:
+    if isinstance(value, (dict, list)) and json_depth(value) > MAX_DEPTH:
+        raise PydanticKnownError("recursion_loop")
+    return value
+
+
+# The union members keep pydantic's default labels ("str", "dict[str,any]", "list[any]"), which
+# is where the errors of a wrongly typed value point: ["body", "state", "str"] ...
+Content = Annotated[Union[str, dict[str, Any], list[Any]], BeforeValidator(_within_depth)]
+OptionalContent = Annotated[Union[str, dict[str, Any], list[Any], None], BeforeValidator(_within_depth)]
 
 
 class _Strict(BaseModel):
+    """Unknown fields are refused (extra_forbidden): a typo is an error, not silently ignored."""
+
     model_config = ConfigDict(extra="forbid")
 
 
 class NoulCriteria(_Strict):
-    true: Rich = None
-    false: Rich = None
+    true: OptionalContent = None
+    false: OptionalContent = None
 
 
 class NoulQuestion(_Strict):
     type: Literal["noul"]
-    instructions: Rich = None
+    instructions: OptionalContent = None
     criteria: NoulCriteria | None = None
 
 
-Question = Annotated[Union[NoulQuestion], Field(discriminator="type")]
+class ChoiceQuestion(_Strict):
+    type: Literal["choice"]
+    instructions: OptionalContent = None
+    criteria: dict[str, OptionalContent]  # option name -> description (or null)
+
+    @model_validator(mode="after")
+    def _options(self) -> ChoiceQuestion:
+        if len(self.criteria) < 2:
+            raise ValueError("A choice needs at least two options")
+        if len(self.criteria) > MAX_OPTIONS:
+            raise ValueError(f"A choice takes at most {MAX_OPTIONS} options; got {len(self.criteria)}")
+        if any(not name.strip() for name in self.criteria):
+            raise ValueError("Choice option names must not be blank")
+        return self
+
+
+class ScoreQuestion(_Strict):
+    type: Literal["score"]
+    instructions: OptionalContent = None
+    criteria: list[Content]  # levels, low to high; null is not a level
+
+    @model_validator(mode="after")
+    def _levels(self) -> ScoreQuestion:
+        if not MIN_LEVELS <= len(self.criteria) <= MAX_LEVELS:
+            raise ValueError(f"A score takes {MIN_LEVELS} to {MAX_LEVELS} ordered levels; got {len(self.criteria)}")
+        return self
+
+
+Question = Annotated[Union[NoulQuestion, ChoiceQuestion, ScoreQuestion], Field(discriminator="type")]
 
 
 class DecisionRequest(_Strict):
     model: Annotated[str, StringConstraints(min_length=1)]
-    state: Union[str, dict[str, Any], list[Any]]
+    state: Content
     questions: Annotated[dict[str, Question], Field(min_length=1)]
 
 
+def validate(body: Any) -> DecisionRequest:
+    """The parsed body as a request, or ApiError(422) with pydantic's errors in FastAPI's shape.
+
+    from_attributes=True is how FastAPI validates a body, and why a list or string body is a
+    `model_attributes_type` error rather than `model_type`. No body at all is `missing`."""
+    if body is None:
+        raise missing_body()
+    try:
+        return DecisionRequest.model_validate(body, from_attributes=True)
+    except ValidationError as exc:
+        raise schema_errors(exc.errors(include_url=False)) from None
+
+
+# --- response ---------------------------------------------------------------------------
 class NoulAnswer(BaseModel):
     type: Literal["noul"] = "noul"
     noul: float
+
+
+class ChoiceAnswer(BaseModel):
+    type: Literal["choice"] = "choice"
+    choice: str
+    probabilities: dict[str, float]
+    confidence: float
+
+
+class ScoreAnswer(BaseModel):
+    type: Literal["score"] = "score"
+    score: float
+    legend: dict[str, str]
+    probabilities: dict[str, float]
+    confidence: float
+
+
+Answer = Union[NoulAnswer, ChoiceAnswer, ScoreAnswer]
 
 
 class Usage(BaseModel):
@@ -49,7 +145,7 @@ class Usage(BaseModel):
 
 class DecisionResponse(BaseModel):
     model: str
-    answers: dict[str, NoulAnswer]
+    answers: dict[str, Answer]
     usage: Usage
 
 

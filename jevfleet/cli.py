@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from pathlib import Path
 from typing import Sequence
 
 from shared.config import Settings, load_settings
@@ -29,6 +30,9 @@ HELP = {
     "batch_tokens": "token budget of one scheduler batch (default 384)",
     "threads": "llama.cpp threads per worker; 0 = its core count (default 0)",
     "mode": "deterministic (same answer on every path, default) or fast",
+    "state_cache": "state snapshots kept per worker; 0 = off (default 16)",
+    "state_cache_tokens": "tokens all state snapshots may hold together (default 8192)",
+    "warmup": "1 = warm up at start and in idle time, 0 = off (default 1)",
     "cache_dir": "where the assembled default model is kept (default ~/.cache/jevfleet)",
 }
 
@@ -55,18 +59,34 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--index", type=int, default=0, help="process number; picks the default core set")
     worker.add_argument("--cores", default="", help="explicit core set, e.g. 2-3 or 0,2")
     worker.add_argument("--id", default="", help="worker id (default <hostname>/w<index>)")
-    for p in (serve, gateway, worker):
+    decide = sub.add_parser("decide", help="answer request files in this process (no server)")
+    decide.add_argument("request", nargs="?", type=Path, help="a request body (JSON file)")
+    decide.add_argument("--jsonl", type=Path, help="a file of request bodies, one per line")
+    decide.add_argument("--output", type=Path, help="where answers go (never overwritten; "
+                        "with --jsonl: appended to, resuming after the lines already there)")
+    for p in (serve, gateway, worker, decide):
         _add_settings_flags(p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     settings = _settings(args)
     if args.command == "serve":
         from jevfleet.supervise import serve
 
         return serve(settings)
+    if args.command == "decide":
+        from jevfleet.decide import decide_file, decide_jsonl
+
+        if (args.request is None) == (args.jsonl is None):
+            parser.error("decide takes either REQUEST.json or --jsonl IN.jsonl --output OUT.jsonl")
+        if args.jsonl is not None:
+            if args.output is None:
+                parser.error("--jsonl needs --output")
+            return decide_jsonl(settings, args.jsonl, args.output)
+        return decide_file(settings, args.request, args.output)
     if args.command == "gateway":
         from gateway.app import run_gateway_process
 

@@ -36,6 +36,9 @@ class Settings:
     batch_tokens: int = 384
     threads: int = 0
     mode: str = "deterministic"
+    state_cache: int = 16
+    state_cache_tokens: int = 8192
+    warmup: int = 1
     cache_dir: str = ""
 
     @property
@@ -97,6 +100,10 @@ def load_settings(
     settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
     if settings.mode not in ("deterministic", "fast"):
         raise ValueError(f"mode must be 'deterministic' or 'fast', not {settings.mode!r}")
+    if not 0 <= settings.state_cache <= 192:  # llama.cpp holds 256 sequences, 64 are working ones
+        raise ValueError(f"state_cache must be 0..192, not {settings.state_cache}")
+    if settings.state_cache_tokens < 0:
+        raise ValueError(f"state_cache_tokens must be >= 0, not {settings.state_cache_tokens}")
     return settings
 
 

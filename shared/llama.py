@@ -62,3 +62,15 @@ def tokenize(vocab, text: str, *, add_bos: bool = False) -> list[int]:
         buf = (lib.llama_token * cap)()
         n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, False)
     return list(buf[:n])
+
+
+def set_abort_callback(ctx, callback) -> None:
+    """llama_set_abort_callback, which llama-cpp-python does not wrap: while set, llama_decode
+    calls `callback` (a lib.ggml_abort_callback, kept alive by the caller) between graph nodes
+    and returns 2 once it answers True. None removes it."""
+    import llama_cpp.llama_cpp as raw
+
+    fn = raw._lib.llama_set_abort_callback
+    fn.argtypes = [ctypes.c_void_p, raw.ggml_abort_callback, ctypes.c_void_p]
+    fn.restype = None
+    fn(ctx, callback if callback is not None else raw.ggml_abort_callback(), None)

@@ -28,6 +28,11 @@ class Profile:
     default_question: str
     true_means: str
     false_means: str
+    choice_question: str
+    score_question: str
+    choice_default: str
+    score_default: str
+    option_described: str
     yes: tuple[str, ...]
     no: tuple[str, ...]
     scale: float
@@ -63,6 +68,11 @@ def load_profile(name_or_path: str) -> Profile:
         default_question=prompt["default_question"],
         true_means=prompt.get("true_means", " (Yes means: {text})"),
         false_means=prompt.get("false_means", " (No means: {text})"),
+        choice_question=prompt["choice_question"],
+        score_question=prompt["score_question"],
+        choice_default=prompt["choice_default"],
+        score_default=prompt["score_default"],
+        option_described=prompt["option_described"],
         yes=tuple(prompt["yes"]),
         no=tuple(prompt["no"]),
         scale=float(cal.get("scale", 1.0)),

@@ -7,6 +7,8 @@ from pathlib import Path
 from shared.config import load_settings
 from shared.model_files import resolve_model
 from shared.profiles import Profile, load_profile
+from worker import warmup
+from worker.engine import Engine, Job
 
 
 @lru_cache(maxsize=1)
@@ -14,3 +16,8 @@ def default_model() -> tuple[Profile, Path]:
     settings = load_settings(environ={})
     profile = load_profile(settings.profile)
     return profile, resolve_model(profile, settings.cache_path)
+
+
+def make_job(engine: Engine, state: str, questions: list[str]) -> Job:
+    """A request of the default profile, tokenized like the gateway does."""
+    return warmup.make_job(engine, default_model()[0], state, questions)

@@ -6,29 +6,26 @@ import math
 
 import pytest
 
-from tests.model import default_model
+from shared.messages import prefix_key
+from tests.model import default_model, make_job
 from worker.engine import Engine, Job
+from worker.snapshots import preamble_tokens
 
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    _, path = default_model()
-    return Engine(path, ctx=2048, threads=2)
-
-
-def make_job(engine: Engine, state: str, questions: list[str]) -> Job:
-    profile, _ = default_model()
-    prefix = engine.tokenize(profile.preamble + profile.prefix.format(state=state), add_bos=profile.add_bos)
-    suffixes = [engine.tokenize(profile.suffix.format(question=q)) for q in questions]
-    yes = sorted({engine.tokenize(w)[0] for w in profile.yes})
-    no = sorted({engine.tokenize(w)[0] for w in profile.no})
-    return Job(prefix=prefix, suffixes=suffixes, yes_ids=yes, no_ids=no)
+    profile, path = default_model()
+    engine = Engine(path, ctx=2048, threads=2, state_cache=4, state_cache_tokens=2048)
+    engine.pin(preamble_tokens(engine.tokenize, profile))
+    yield engine
+    engine.close()
 
 
 def test_every_suffix_gets_a_finite_margin(engine):
     job = make_job(engine, "The order shipped on Monday.", ["Has the order shipped?", "Was it cancelled?"])
     read = engine.run([job])
-    assert read == len(job.prefix) + sum(map(len, job.suffixes))
+    assert job.reused == len(engine.cache.entries[0].tokens)  # the pinned preamble
+    assert read == len(job.prefix) - job.reused + sum(map(len, job.suffixes))
     assert len(job.margins) == 2 and all(math.isfinite(m) for m in job.margins)
 
 
@@ -68,3 +65,27 @@ def test_more_suffixes_than_one_wave_holds_are_all_answered(engine):
         one = make_job(engine, "The numbers 3, 17 and 42 are listed.", [questions[i]])
         engine.run([one])
         assert one.margins[0] == many.margins[i]
+
+
+def test_the_budget_counts_only_tokens_a_request_adds(engine):
+    job = make_job(engine, "The lamp in the hallway flickers every evening after nine.", ["Is the lamp broken?"])
+    suffix = len(job.suffixes[0])
+    preamble = len(engine.cache.entries[0].tokens)
+    assert engine.new_tokens(job, []) == len(job.prefix) - preamble + suffix
+    twin = make_job(engine, "The lamp in the hallway flickers every evening after nine.", ["Is it evening?"])
+    assert engine.new_tokens(twin, [job]) == len(twin.suffixes[0])  # a batch mate reads the state
+    engine.run([job])
+    assert prefix_key(job.prefix) in engine.cache.keys
+    assert engine.new_tokens(twin, []) == len(twin.suffixes[0])  # now a snapshot holds it
+    engine.run([twin])
+    assert twin.reused == len(twin.prefix)
+
+
+def test_an_aborted_warm_call_leaves_answers_unchanged(engine):
+    before = make_job(engine, "The invoice was paid on Friday.", ["Was the invoice paid?"])
+    engine.run([before])
+    assert engine.warm_call(32, stop=lambda: True) is False
+    assert engine.warm_call(3, stop=lambda: False) is True and 3 in engine.seen_shapes
+    after = make_job(engine, "The invoice was paid on Friday.", ["Was the invoice paid?"])
+    engine.run([after])
+    assert after.margins == before.margins

@@ -59,6 +59,9 @@ class RecordingEngine:
             job.margins = [0.5] * len(job.suffixes)
         return sum(len(j.prefix) for j in jobs)
 
+    def new_tokens(self, job: Job, earlier: list[Job]) -> int:
+        return len(job.prefix) + sum(map(len, job.suffixes))
+
 
 class Collector(list):
     """What the scheduler emitted; wait(n) blocks on a condition until n messages arrived."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.prompts import render
 from gateway.tokenizer import Tokenizer
+from gateway.wire import validate
 from shared.llama import load_model, llama, tokenize
 from tests.model import default_model
 
@@ -50,3 +52,13 @@ def test_yes_and_no_are_single_distinct_tokens(tok):
     assert tok.yes_ids and tok.no_ids and not set(tok.yes_ids) & set(tok.no_ids)
     for word in tok.profile.yes + tok.profile.no:
         assert len(tok.encode(word)) == 1
+
+
+def test_choice_and_score_suffixes_tokenize_like_the_whole_prompt(tok):
+    rendered = render(tok.profile, validate({"model": "jev-latest", "state": STATES[2], "questions": {
+        "c": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "payments", " tech ": None}},
+        "s": {"type": "score", "criteria": ["calm", {"level": "annoyed"}, "furious"]}}}))
+    prefix, suffixes = tok.encode_request(rendered.prefix, rendered.suffixes)
+    assert len(suffixes) == 4
+    for text, suffix in zip(rendered.suffixes, suffixes):
+        assert prefix + suffix == tok.encode(rendered.prefix + text, bos=tok.profile.add_bos)

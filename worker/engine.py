@@ -1,26 +1,33 @@
 """One llama.cpp model and context, driven through llama-cpp-python's low-level API.
 
-The engine reads a batch of requests: each request's prefix (preamble + state) into a sequence
-of its own, then every suffix (one per yes/no job) into a sequence that starts as a copy of its
-prefix. Logits are computed only at the last token of each suffix, and only the yes/no token
-columns are read from them: the 262k-column output row is never copied.
+The engine reads a batch of requests: each request's prefix (preamble + state) into a working
+sequence of its own, starting from a state snapshot when one matches (worker/snapshots.py),
+then every suffix (one per yes/no job) into a sequence that starts as a copy of its prefix.
+Logits are computed only at the last token of each suffix, and only the yes/no token columns
+are read from them: the 262k-column output row is never copied.
 
-Deterministic mode (the default) makes a P(yes) independent of batch mates and of how the
-prompt was cut (see architecture.md): no weight repacking, no tiled K-quant matmul, flash
-attention on, and every micro-batch 2..32 tokens (worker/pieces.py).
+Deterministic mode (the default) makes a P(yes) independent of batch mates, of how the prompt
+was cut and of whether its state came from a snapshot (see architecture.md): no weight
+repacking, no tiled K-quant matmul, flash attention on, every micro-batch 2..32 tokens
+(worker/pieces.py), and every sequence's KV cells in position order (worker/snapshots.py).
 Only the scheduler thread may call into an Engine.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from shared.llama import llama, load_model, tokenize
+from shared.llama import llama, load_model, set_abort_callback, tokenize
 from worker.pieces import piece_sizes
+from worker.snapshots import SnapshotCache
 
 UBATCH = 32  # deterministic micro-batch size (must stay <= 63)
 WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
+N_WORK = 64  # working sequences: request prefixes, their suffixes, and one scratch sequence
+MAX_SEQ = 256  # LLAMA_MAX_SEQ of llama.cpp
 
 
 @dataclass
@@ -32,6 +39,7 @@ class Job:
     yes_ids: list[int]
     no_ids: list[int]
     margins: list[float] = field(default_factory=list)
+    reused: int = 0  # prefix tokens taken from a snapshot or a batch mate instead of read
 
 
 def _logsumexp(values: list[float]) -> float:
@@ -48,7 +56,8 @@ class Engine:
         batch_tokens: int = 384,
         threads: int = 2,
         deterministic: bool = True,
-        n_seq_max: int = 64,
+        state_cache: int = 16,
+        state_cache_tokens: int = 8192,
         extra_cells: int = 0,
     ) -> None:
         lib = llama(deterministic)
@@ -57,16 +66,22 @@ class Engine:
         self.model = load_model(model_path, deterministic=deterministic)
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
-        self.n_seq_max = n_seq_max
-        cells = ctx + batch_tokens + WAVE_TOKENS + extra_cells
+        state_cache = max(0, state_cache)
+        self.n_seq_max = N_WORK + state_cache
+        if self.n_seq_max > MAX_SEQ:
+            raise ValueError(f"state_cache may be at most {MAX_SEQ - N_WORK}")
+        # Cells: the snapshots, plus what one batch reads (its prefixes, or one long request)
+        # and one wave of suffixes, plus the 2-token padding of lone tokens.
+        snapshot_cells = state_cache_tokens if state_cache else 0
+        cells = ctx + batch_tokens + WAVE_TOKENS + N_WORK + snapshot_cells + extra_cells
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = -(-cells // 256) * 256
         cparams.n_batch = UBATCH if deterministic else 512
         cparams.n_ubatch = UBATCH if deterministic else 512
-        cparams.n_seq_max = n_seq_max
-        # llama.cpp keeps a full-vocabulary logits row per possible output (n_seq_max of them):
-        # 64 rows of Gemma's 262k vocabulary are 67 MB, which is why n_seq_max is not 256.
-        cparams.n_outputs_max = max(n_seq_max, cparams.n_batch)
+        cparams.n_seq_max = self.n_seq_max
+        # llama.cpp keeps a full-vocabulary logits row per sequence (1 MB each with Gemma's
+        # 262k vocabulary), snapshot sequences included, which is why N_WORK is not 256.
+        cparams.n_outputs_max = max(self.n_seq_max, cparams.n_batch)
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
@@ -76,16 +91,58 @@ class Engine:
         self.ctx_ptr = lib.llama_init_from_model(self.model, cparams)
         if not self.ctx_ptr:
             raise RuntimeError("llama.cpp could not create a context")
+        self.n_ctx = cparams.n_ctx
         self.n_batch = cparams.n_batch
-        self.max_batch_requests = n_seq_max // 2  # the other half holds suffixes
+        self.scratch = N_WORK - 1  # pads a lone token to two rows; warm calls
+        self.max_batch_requests = (N_WORK - 1) // 2  # the other half holds suffixes
         self.mem = lib.llama_get_memory(self.ctx_ptr)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        self.seen_shapes: set[int] = set()  # rows per llama_decode so far (idle warmup)
+        self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
+                                   max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model))
+
+    def close(self) -> None:
+        """Free the context and the model (a process that exits need not call this)."""
+        lib = llama()
+        if self.ctx_ptr:
+            lib.llama_batch_free(self.batch)
+            lib.llama_free(self.ctx_ptr)
+            lib.llama_model_free(self.model)
+            self.ctx_ptr = None
 
     # --- tokens -----------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]:
         return tokenize(self.vocab, text, add_bos=add_bos)
 
+    # --- cells (the snapshot cache's backend) -------------------------------------------
+    def copy(self, src: int, dst: int, length: int) -> None:
+        llama().llama_memory_seq_cp(self.mem, src, dst, 0, length)
+
+    def remove(self, seq: int) -> None:
+        llama().llama_memory_seq_rm(self.mem, seq, -1, -1)
+
+    def save(self, seq: int) -> ctypes.Array:
+        lib = llama()
+        size = lib.llama_state_seq_get_size(self.ctx_ptr, seq)
+        blob = (ctypes.c_uint8 * size)()
+        if lib.llama_state_seq_get_data(self.ctx_ptr, blob, size, seq) != size:
+            raise RuntimeError(f"could not save sequence {seq}")
+        return blob
+
+    def restore(self, seq: int, blob: ctypes.Array) -> None:
+        if llama().llama_state_seq_set_data(self.ctx_ptr, blob, len(blob), seq) == 0:
+            raise RuntimeError(f"could not restore sequence {seq}")
+
+    def pos_min(self, seq: int) -> int:
+        return llama().llama_memory_seq_pos_min(self.mem, seq)
+
     # --- reading ----------------------------------------------------------------------
+    def decode_shapes(self, n_tokens: int) -> list[int]:
+        """Rows of each llama_decode call that reading n_tokens new tokens makes."""
+        if self.deterministic:
+            return piece_sizes(max(2, n_tokens), UBATCH)
+        return [min(self.n_batch, n_tokens - i) for i in range(0, n_tokens, self.n_batch)]
+
     def _read(self, items: list[tuple[int, int, list[int], int | None]], on_logits) -> int:
         """Decode every item's tokens at their positions; for items with a job index, call
         on_logits(job_index, logits_ptr) once its last token is decoded. Returns tokens read."""
@@ -97,14 +154,12 @@ class Engine:
                 stream.append((tok, start + i, seq, last))
         if not stream:
             return 0
-        sizes = (
-            piece_sizes(len(stream), UBATCH)
-            if self.deterministic
-            else [min(self.n_batch, len(stream) - i) for i in range(0, len(stream), self.n_batch)]
-        )
+        padded = self.deterministic and len(stream) == 1
+        if padded:  # a one-row micro-batch takes other code paths: add a throwaway row
+            stream.append((stream[0][0], 0, self.scratch, None))
         at = 0
         b = self.batch
-        for size in sizes:
+        for size in self.decode_shapes(len(stream)):
             outputs: list[tuple[int, int]] = []
             for row, (tok, pos, seq, job) in enumerate(stream[at : at + size]):
                 b.token[row] = tok
@@ -118,43 +173,65 @@ class Engine:
             rc = lib.llama_decode(self.ctx_ptr, b)
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc}")
+            self.seen_shapes.add(size)
             for job, row in outputs:
                 on_logits(job, lib.llama_get_logits_ith(self.ctx_ptr, row))
             at += size
-        return len(stream)
+        if padded:
+            self.remove(self.scratch)
+        return len(stream) - padded
 
-    def run(self, jobs: list[Job]) -> int:
-        """Answer every job (fills job.margins). Returns the number of tokens read."""
-        lib = llama()
-        lib.llama_memory_clear(self.mem, True)
-        if len(jobs) >= self.n_seq_max:
+    def new_tokens(self, job: Job, earlier: list[Job]) -> int:
+        """Tokens `job` would read in a batch after `earlier`: its prefix beyond any snapshot
+        or batch mate's identical prefix, plus its suffixes. For the scheduler's budget."""
+        prefix = self.cache.estimate(job.prefix, [e.prefix for e in earlier])
+        return prefix + sum(len(s) for s in job.suffixes)
+
+    def run(self, jobs: list[Job], *, warm: bool = False) -> int:
+        """Answer every job (fills job.margins and job.reused). Returns the number of tokens
+        read. A warm run (warmup) leaves no snapshot behind and is not counted."""
+        if len(jobs) > self.max_batch_requests:
             raise ValueError("more requests in one batch than sequences")
-        read = self._read([(seq, 0, job.prefix, None) for seq, job in enumerate(jobs)], None)
-        # Every suffix continues its prefix in a sequence of its own; they run in waves
-        # bounded by free sequences and WAVE_TOKENS so the cache never overflows.
+        work = list(range(len(jobs)))
+        try:
+            plan = self.cache.begin([job.prefix for job in jobs], work, warm=warm)
+            read = self._read([(seq, start, tokens, None) for seq, start, tokens in plan.reads], None)
+            for src, dst, n in plan.copies:
+                self.copy(src, dst, n)
+            for job, reused in zip(jobs, plan.reused):
+                job.reused = reused
+            read += self._read_suffixes(jobs)
+            self.cache.end(plan)
+        except BaseException:
+            for seq in range(N_WORK):
+                self.remove(seq)
+            self.cache.lost_placement()
+            raise
+        for seq in work:
+            self.remove(seq)
+        return read
+
+    def _read_suffixes(self, jobs: list[Job]) -> int:
+        """Every suffix continues its prefix in a sequence of its own; they run in waves
+        bounded by free sequences and WAVE_TOKENS so the cache never overflows."""
         pending = [(j, s) for j, job in enumerate(jobs) for s in range(len(job.suffixes))]
         for job in jobs:
             job.margins = [math.nan] * len(job.suffixes)
-        free_seqs = list(range(len(jobs), self.n_seq_max))
-        slots: dict[int, tuple[int, int]] = {}
+        free_seqs = list(range(len(jobs), self.scratch))
+        read = 0
         while pending:
             wave, tokens = [], 0
             while pending and len(wave) < len(free_seqs) and (not wave or tokens < WAVE_TOKENS):
                 j, s = pending.pop(0)
                 wave.append((free_seqs[len(wave)], j, s))
                 tokens += len(jobs[j].suffixes[s])
-            # A lone one-token suffix would make a one-row micro-batch: re-read the prefix's
-            # last token with it instead (same result, two rows).
-            back = 1 if self.deterministic and tokens == 1 else 0
             items = []
             for k, (seq, j, s) in enumerate(wave):
-                cut = len(jobs[j].prefix) - back
-                lib.llama_memory_seq_cp(self.mem, j, seq, 0, cut)
-                slots[k] = (j, s)
-                items.append((seq, cut, jobs[j].prefix[cut:] + jobs[j].suffixes[s], k))
+                self.copy(j, seq, len(jobs[j].prefix))
+                items.append((seq, len(jobs[j].prefix), jobs[j].suffixes[s], k))
 
             def take(k: int, logits) -> None:
-                j, s = slots[k]
+                _, j, s = wave[k]
                 job = jobs[j]
                 yes = _logsumexp([logits[t] for t in job.yes_ids])
                 no = _logsumexp([logits[t] for t in job.no_ids])
@@ -162,7 +239,42 @@ class Engine:
 
             read += self._read(items, take)
             for seq, _, _ in wave:
-                lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
+                self.remove(seq)
         return read
 
+    # --- snapshots and warmup -----------------------------------------------------------
+    def pin(self, tokens: list[int]) -> None:
+        """Read `tokens` (the profile's preamble) and keep them for good. First thing after
+        loading, so the preamble's cells are the lowest and never need to move."""
+        if not self.cache.enabled or len(tokens) < self.cache.min_tokens:
+            return
+        self._read([(0, 0, tokens, None)], None)
+        self.cache.pin(tokens, 0)
+        self.remove(0)
+        seq = self.cache.entries[0].seq
+        self.cache.token_bytes = llama().llama_state_seq_get_size(self.ctx_ptr, seq) // len(tokens)
 
+    def warm_call(self, rows: int, stop: Callable[[], bool]) -> bool:
+        """One llama_decode of `rows` throwaway tokens in the scratch sequence, aborted as soon
+        as stop() is true (llama.cpp asks between graph nodes). True if it ran to the end."""
+        lib = llama()
+        b = self.batch
+        for row in range(rows):
+            b.token[row] = row % self.n_vocab
+            b.pos[row] = row
+            b.n_seq_id[row] = 1
+            b.seq_id[row][0] = self.scratch
+            b.logits[row] = row == rows - 1
+        b.n_tokens = rows
+        callback = lib.ggml_abort_callback(lambda _data: bool(stop()))
+        set_abort_callback(self.ctx_ptr, callback)
+        try:
+            rc = lib.llama_decode(self.ctx_ptr, b)
+        finally:
+            set_abort_callback(self.ctx_ptr, None)
+            self.remove(self.scratch)
+        if rc not in (0, 2):
+            raise RuntimeError(f"llama_decode returned {rc}")
+        if rc == 0:
+            self.seen_shapes.add(rows)
+        return rc == 0

@@ -12,20 +12,38 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import zmq
 
 from shared.config import Settings
 from shared.messages import Cancel, Drain, Heartbeat, Message, Ready, Score, decode, encode
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import load_profile
+from shared.profiles import Profile, load_profile
 from worker.cores import derive_cores, parse_cores, pin
-from worker.engine import Engine, Job
+from worker.engine import Engine
 from worker.scheduler import Pending, Scheduler
-from worker.warmup import startup_warmup
+from worker.snapshots import preamble_tokens
+from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
 
 log = logging.getLogger("jevfleet.worker")
 RESULTS = "inproc://results"
+
+
+def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int) -> Engine:
+    """The engine as settings describe it, with the profile's preamble pinned in the snapshot
+    cache (every prompt starts with it). Shared with the offline `decide` command."""
+    engine = Engine(
+        model_path,
+        ctx=settings.ctx,
+        batch_tokens=settings.batch_tokens,
+        threads=threads,
+        deterministic=settings.mode == "deterministic",
+        state_cache=settings.state_cache,
+        state_cache_tokens=settings.state_cache_tokens,
+    )
+    engine.pin(preamble_tokens(engine.tokenize, profile))
+    return engine
 
 
 class WorkerProcess:
@@ -39,13 +57,7 @@ class WorkerProcess:
         self.model_sha256 = file_sha256(self.model_path)
         threads = settings.threads or len(self.cores)
         log.info("%s: loading %s on cores %s (%d threads)", self.worker_id, self.model_path, self.cores, threads)
-        self.engine = Engine(
-            self.model_path,
-            ctx=settings.ctx,
-            batch_tokens=settings.batch_tokens,
-            threads=threads,
-            deterministic=settings.mode == "deterministic",
-        )
+        self.engine = build_engine(settings, self.profile, self.model_path, threads)
         self.scheduler = Scheduler(
             self.engine, budget=settings.batch_tokens, max_requests=self.engine.max_batch_requests
         )
@@ -62,27 +74,30 @@ class WorkerProcess:
             fingerprint=f"{self.profile.name}:{self.model_sha256[:16]}:{self.settings.mode}",
             queued_tokens=tokens,
             queued_requests=requests,
-            stats=vars(self.scheduler.counters).copy(),
+            snapshot_keys=list(self.engine.cache.keys),
+            stats={**vars(self.scheduler.counters), "state_snapshots": self.engine.cache.stats()},
         )
 
     def _scheduler_thread(self, zctx: zmq.Context) -> None:
         push = zctx.socket(zmq.PUSH)
         push.connect(RESULTS)
+        idle = None
+        if self.settings.warmup:
+            idle = IdleWarmup(self.engine, max_length=self.settings.batch_tokens, stop=self.scheduler.waiting)
         try:
-            self.scheduler.run(lambda msg: push.send(encode(msg)))
+            self.scheduler.run(lambda msg: push.send(encode(msg)), idle=idle, idle_grace_s=IDLE_GRACE_S)
         finally:
             push.close(linger=1000)
 
     def _on_message(self, msg: Message) -> None:
         if isinstance(msg, Score):
-            job = Job(prefix=msg.prefix, suffixes=msg.suffixes, yes_ids=msg.yes_ids, no_ids=msg.no_ids)
-            tokens = len(msg.prefix) + sum(len(s) for s in msg.suffixes)
-            self.scheduler.submit(Pending(msg.request_id, job, tokens, msg.deadline))
+            self.scheduler.submit(Pending.from_score(msg))
         elif isinstance(msg, Cancel):
             self.scheduler.cancel(msg.request_id)
 
     def serve(self) -> int:
-        startup_warmup(self.engine, self.profile)
+        if self.settings.warmup:
+            startup_warmup(self.engine, self.profile)
         zctx = zmq.Context()
         pull = zctx.socket(zmq.PULL)
         pull.bind(RESULTS)

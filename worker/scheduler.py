@@ -2,8 +2,10 @@
 
 Requests wait in arrival order. A batch takes requests from the head while their new tokens fit
 the budget; the first request always goes, however large, and the batch stops at the first
-request that does not fit: nobody is skipped, so nobody starves. Other threads only append,
-cancel and read counters, under one condition variable.
+request that does not fit: nobody is skipped, so nobody starves. "New" is what a request really
+adds to the batch: its suffixes and the part of its prefix that no state snapshot and no batch
+mate already holds, which the engine estimates when the batch is taken. Other threads only
+append, cancel and read counters, under one condition variable.
 """
 from __future__ import annotations
 
@@ -13,31 +15,41 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from shared.messages import Error, Message, Result
+from shared.messages import Error, Message, Result, Score
 from worker.engine import Job
 
 
 class EngineLike(Protocol):
     def run(self, jobs: list[Job]) -> int: ...
+    def new_tokens(self, job: Job, earlier: list[Job]) -> int: ...
 
 
 @dataclass
 class Pending:
     request_id: str
     job: Job
-    tokens: int  # tokens this request adds to a batch
+    tokens: int  # all its tokens (queue depth); the budget uses the engine's estimate
     deadline: float  # time.time()
     enqueued: float = field(default_factory=time.monotonic)
 
+    @classmethod
+    def from_score(cls, msg: Score) -> Pending:
+        job = Job(prefix=msg.prefix, suffixes=msg.suffixes, yes_ids=msg.yes_ids, no_ids=msg.no_ids)
+        return cls(msg.request_id, job, len(msg.prefix) + sum(len(s) for s in msg.suffixes), msg.deadline)
 
-def take_batch(queue: deque[Pending], budget: int) -> list[Pending]:
-    """Pop the batch the policy allows from the head of `queue`."""
+
+def take_batch(queue: deque[Pending], budget: int,
+               cost: Callable[[Pending, list[Pending]], int] = lambda item, _: item.tokens) -> list[Pending]:
+    """Pop the batch the policy allows from the head of `queue`; cost(item, batch so far) is
+    the tokens item would add."""
     batch: list[Pending] = []
     used = 0
-    while queue and (not batch or used + queue[0].tokens <= budget):
-        item = queue.popleft()
-        batch.append(item)
-        used += item.tokens
+    while queue:
+        tokens = cost(queue[0], batch)
+        if batch and used + tokens > budget:
+            break
+        batch.append(queue.popleft())
+        used += tokens
     return batch
 
 
@@ -87,21 +99,27 @@ class Scheduler:
             self._cond.notify_all()
             return left
 
+    def waiting(self) -> bool:
+        """Is there work (or a stop) waiting? Cheap and lock-free: idle warmup polls it."""
+        return bool(self._queue) or self._stopping
+
     def depth(self) -> tuple[int, int]:
         """(queued tokens, queued requests), the running batch included."""
         with self._cond:
             return sum(i.tokens for i in self._queue), len(self._queue) + int(self._busy)
 
     # --- the scheduler thread -------------------------------------------------------------
-    def run(self, emit: Callable[[Message], None], idle: Callable[[], None] | None = None,
+    def run(self, emit: Callable[[Message], None], idle: Callable[[], bool] | None = None,
             idle_grace_s: float = 0.5) -> None:
-        """Serve until stop(). `idle` runs after idle_grace_s of empty queue (idle warmup);
-        it must return quickly, since a request arriving meanwhile waits for it."""
+        """Serve until stop(). `idle` runs after idle_grace_s of empty queue (idle warmup) and
+        returns whether it has more to do; it must return quickly (or as soon as waiting() is
+        true), since a request arriving meanwhile waits for it."""
+        more_idle_work = idle is not None
         while True:
             with self._cond:
                 self._busy = False
                 has_work = self._cond.wait_for(
-                    lambda: bool(self._queue) or self._stopping, timeout=idle_grace_s if idle else None
+                    lambda: bool(self._queue) or self._stopping, timeout=idle_grace_s if more_idle_work else None
                 )
                 if self._stopping:
                     return
@@ -109,7 +127,7 @@ class Scheduler:
                     batch, expired = self._take()
                     self._busy = bool(batch)
             if not has_work:
-                idle()
+                more_idle_work = idle()
                 continue
             for item in expired:
                 emit(Error(request_id=item.request_id, code="expired", message="deadline passed in queue"))
@@ -118,7 +136,8 @@ class Scheduler:
 
     def _take(self) -> tuple[list[Pending], list[Pending]]:
         """The next batch (caller holds the lock), split into live and expired requests."""
-        batch = take_batch(self._queue, self.budget)
+        batch = take_batch(self._queue, self.budget,
+                           lambda item, taken: self.engine.new_tokens(item.job, [t.job for t in taken]))
         while len(batch) > self.max_requests:  # rare: more tiny requests than sequences
             self._queue.appendleft(batch.pop())
         now = time.time()
@@ -148,4 +167,5 @@ class Scheduler:
                 run_ms=run_ms,
                 batch_requests=len(batch),
                 read_tokens=read,
+                reused_tokens=item.job.reused,
             ))

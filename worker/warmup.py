@@ -1,19 +1,61 @@
-"""Warmup: page the weights in and run the shapes real traffic uses before taking traffic.
+"""Warmup: page the weights in and run the shapes real traffic uses before taking traffic, then
+use idle time for the decode shapes not seen yet.
 
 The first llama_decode after loading pays for page faults on the mmapped weights and for
 allocating compute buffers; doing it before the worker registers keeps that cost off the first
-real request.
+real request. Whether a decode shape seen for the first time later costs anything extra with
+llama.cpp is what bench/engine.py measures; idle warmup is kept small and never delays a
+request by more than the rest of one graph node (the warm call is aborted when work arrives).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from shared.profiles import Profile
 from worker.engine import Engine, Job
 
+IDLE_GRACE_S = 0.5  # empty-queue time before idle warmup starts
+
+
+def make_job(engine: Engine, profile: Profile, state: str, questions: list[str]) -> Job:
+    """A request rendered and tokenized the way the gateway does it (plain-text state, yes/no
+    questions): for warmup, tests and benchmarks."""
+    prefix = engine.tokenize(profile.preamble + profile.prefix.format(state=state), add_bos=profile.add_bos)
+    suffixes = [engine.tokenize(profile.suffix.format(question=q)) for q in questions]
+    yes = sorted({engine.tokenize(w)[0] for w in profile.yes})
+    no = sorted({engine.tokenize(w)[0] for w in profile.no})
+    return Job(prefix=prefix, suffixes=suffixes, yes_ids=yes, no_ids=no)
+
 
 def startup_warmup(engine: Engine, profile: Profile) -> None:
-    prefix = engine.tokenize(profile.preamble + profile.prefix.format(state="The sky is blue."),
-                             add_bos=profile.add_bos)
-    suffix = engine.tokenize(profile.suffix.format(question="Is the sky blue?"))
-    yes = [engine.tokenize(profile.yes[0])[0]]
-    no = [engine.tokenize(profile.no[0])[0]]
-    engine.run([Job(prefix=prefix, suffixes=[suffix, suffix], yes_ids=yes, no_ids=no)])
+    """A request with two questions, then two requests in one batch: every layer and the
+    output row are touched, and the piece sizes of typical prompts have run once."""
+    engine.run([make_job(engine, profile, "The sky is blue.", ["Is the sky blue?", "Is it raining?"])], warm=True)
+    engine.run([make_job(engine, profile, "The parcel arrived on Monday, two days late.", ["Was the parcel late?"]),
+                make_job(engine, profile, "Please cancel my order.", ["Does the writer want the order?"])],
+               warm=True)
+
+
+class IdleWarmup:
+    """The scheduler's idle hook: one warm call per invocation, for the next decode shape that
+    a prompt of 1..max_length new tokens would use and that has not run yet."""
+
+    def __init__(self, engine: Engine, *, max_length: int, stop: Callable[[], bool]) -> None:
+        self.engine = engine
+        self.stop = stop
+        self.shapes = sorted({rows for n in range(1, max_length + 1) for rows in engine.decode_shapes(n)})
+        self.calls = 0
+        self.aborted = 0
+
+    def remaining(self) -> list[int]:
+        return [rows for rows in self.shapes if rows not in self.engine.seen_shapes]
+
+    def __call__(self) -> bool:
+        """Run one warm call; True while shapes remain."""
+        todo = self.remaining()
+        if not todo:
+            return False
+        self.calls += 1
+        if not self.engine.warm_call(todo[0], self.stop):
+            self.aborted += 1
+        return len(self.remaining()) > 0

@@ -1,0 +1,307 @@
+"""What batching, state snapshots and warmup are worth with llama.cpp on this machine.
+
+    make bench-engine                  # or: python -m bench.engine [--quick] [--reps N]
+
+Prints one table, every figure measured in this run. Parts that need a process of their own
+(a first request after loading, memory, fast mode) run in a child process. Times are medians
+of --reps repetitions, in milliseconds; the requests come from bench/workloads.json (copies of
+the project's W2/W3 decision workloads). Not run by the tests.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from shared.config import load_settings
+from shared.messages import Result
+from shared.model_files import resolve_model
+from shared.profiles import Profile, load_profile
+from worker.engine import Engine, Job
+from worker.scheduler import Pending, Scheduler
+from worker.snapshots import preamble_tokens
+from worker.warmup import IdleWarmup, make_job, startup_warmup
+
+WORKLOADS = json.loads((Path(__file__).with_name("workloads.json")).read_text())
+Row = tuple[str, str, str]  # (part, what, figure)
+
+
+def model() -> tuple[Profile, Path]:
+    settings = load_settings()
+    profile = load_profile(settings.profile)
+    return profile, resolve_model(profile, settings.cache_path, settings.model)
+
+
+def new_engine(*, mode: str = "deterministic", cache: int = 16, cache_tokens: int = 8192,
+               ctx: int = 2048, pin: bool = True) -> Engine:
+    """An engine as a worker builds it (threads as one worker of the default fleet)."""
+    settings = load_settings()
+    profile, path = model()
+    engine = Engine(path, ctx=ctx, threads=settings.threads or settings.cores_per_worker,
+                    deterministic=mode == "deterministic", state_cache=cache, state_cache_tokens=cache_tokens)
+    if pin:
+        engine.pin(preamble_tokens(engine.tokenize, profile))
+    return engine
+
+
+def ms(fn: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1000
+
+
+def median_ms(fn: Callable[[], object], reps: int, before: Callable[[], object] = lambda: None) -> float:
+    times = []
+    for _ in range(reps):
+        before()
+        times.append(ms(fn))
+    return statistics.median(times)
+
+
+def sized_job(engine: Engine, profile: Profile, tokens: int, k: int) -> Job:
+    """A request that reads exactly `tokens` new tokens when nothing is cached: BOS, the end of
+    the k-th W2 state (so batch mates differ) and its question."""
+    item = WORKLOADS["W2"][k % len(WORKLOADS["W2"])]
+    job = make_job(engine, profile, item["state"], [item["question"]])
+    room = tokens - len(job.suffixes[0])
+    job.prefix = job.prefix[:1] + job.prefix[len(job.prefix) - room + 1:]
+    return job
+
+
+def with_prefix_length(job: Job, length: int, keep: int) -> Job:
+    """The same request with its prefix cut to `length` tokens: the first `keep` (the preamble)
+    and the end of the state."""
+    job.prefix = job.prefix[:keep] + job.prefix[len(job.prefix) - (length - keep):]
+    return job
+
+
+# --- (1) batching ------------------------------------------------------------------------------
+def part_batching(reps: int) -> list[Row]:
+    profile, _ = model()
+    engine = new_engine(cache=0, pin=False)  # every token is read: the batch is what is measured
+    engine.run([sized_job(engine, profile, 64, 99)])  # load pages, shapes
+    rows = []
+    for count, size in ((4, 64), (3, 120), (8, 32)):
+        batch = [sized_job(engine, profile, size, k) for k in range(count)]
+        together = median_ms(lambda: engine.run(batch), reps)
+        apart = median_ms(lambda: [engine.run([job]) for job in batch], reps)
+        rows.append(("1 batching", f"{count}x{size} tokens: one call / separate calls",
+                     f"{together:.0f} / {apart:.0f} ms = {apart / together:.2f}x"))
+    engine.close()
+    return rows
+
+
+# --- (2) state snapshots -----------------------------------------------------------------------
+def part_snapshots(reps: int) -> list[Row]:
+    profile, _ = model()
+    states = [item["state"] for item in WORKLOADS["W2"]]
+    questions = WORKLOADS["W3"]["questions"][:4]
+    plain = new_engine(cache=0, pin=False)
+    cached = new_engine()
+    job = lambda e, k, qs=questions: make_job(e, profile, states[k % len(states)], qs)
+    plain.run([job(plain, 0)])  # pages and shapes, both engines
+    cached.run([job(cached, 0)])
+    sample = job(cached, 0)
+    rows = [("2 snapshots", "the state: prefix / preamble / questions, tokens",
+             f"{len(sample.prefix)} / {len(cached.cache.entries[0].tokens)} / "
+             + "+".join(str(len(s)) for s in sample.suffixes))]
+    k = iter(range(1, 1000))
+    none = median_ms(lambda: plain.run([job(plain, next(k))]), reps)
+    cold = median_ms(lambda: cached.run([job(cached, next(k))]), reps, before=cached.cache.clear)
+    cached.run([job(cached, 0)])
+    warm = median_ms(lambda: cached.run([job(cached, 0)]), reps)
+    rows += [("2 snapshots", "1 request x 4 questions: no cache", f"{none:.0f} ms"),
+             ("2 snapshots", "  cold cache (preamble pinned)", f"{cold:.0f} ms = {none / cold:.1f}x"),
+             ("2 snapshots", "  warm cache (state kept)", f"{warm:.0f} ms = {none / warm:.1f}x")]
+    one_q = lambda e, q: make_job(e, profile, states[0], [q])
+    none4 = median_ms(lambda: [plain.run([one_q(plain, q)]) for q in questions], reps)
+    warm4 = median_ms(lambda: [cached.run([one_q(cached, q)]) for q in questions], reps)
+    rows += [("2 snapshots", "4 requests x 1 question: no cache / warm",
+              f"{none4:.0f} / {warm4:.0f} ms = {none4 / warm4:.1f}x")]
+    # a hit whose snapshot must first move back into position order (after an eviction below it)
+    cached.run([job(cached, 0)])
+    moved = median_ms(lambda: cached.run([job(cached, 0)]), reps, before=cached.cache.lost_placement)
+    rows += [("2 snapshots", "  warm, snapshot relocated first", f"{moved:.0f} ms (+{moved - warm:.1f} ms)")]
+    s = cached.cache.stats()
+    rows += [("2 snapshots", "counters after the runs",
+              f"hits {s['hits']} misses {s['misses']} reused {s['reused_tokens']} relocations {s['relocations']}")]
+    plain.close()
+    cached.close()
+    return rows
+
+
+# --- (3) warmup (child processes: a first request right after loading) -------------------------
+def part_first_request(warmup: str) -> list[Row]:
+    """warmup: none | startup | full (startup, then idle warmup until every shape ran)."""
+    profile, _ = model()
+    t0 = time.perf_counter()
+    engine = new_engine()
+    loaded = (time.perf_counter() - t0) * 1000
+    spent = 0.0
+    if warmup in ("startup", "full"):
+        spent += ms(lambda: startup_warmup(engine, profile))
+    if warmup == "full":
+        idle = IdleWarmup(engine, max_length=384, stop=lambda: False)
+        spent += ms(lambda: [None for _ in iter(idle, False)])
+    keep = len(engine.cache.entries[0].tokens)
+    jobs = [with_prefix_length(make_job(engine, profile, item["state"], [WORKLOADS["W3"]["questions"][0]]),
+                               keep + 45, keep) for item in WORKLOADS["W2"][5:7]]
+    first = ms(lambda: engine.run(jobs[:1]))
+    again = ms(lambda: engine.run(jobs[1:]))  # same lengths, another state: its shapes have run
+    return [("3 warmup", f"{warmup}: load / warmup / 1st request / 2nd of that length",
+             f"{loaded:.0f} / {spent:.0f} / {first:.0f} / {again:.0f} ms")]
+
+
+def part_during_idle(reps: int) -> list[Row]:
+    """A request that arrives while an idle warm call runs, against one that finds the engine
+    idle: the difference is what idle warmup costs a request."""
+    profile, _ = model()
+    engine = new_engine()
+    startup_warmup(engine, profile)
+    item = WORKLOADS["W2"][7]
+    job = lambda: make_job(engine, profile, item["state"], [item["question"]])
+    engine.run([job()])
+
+    def latency(warming: bool) -> float:
+        sched = Scheduler(engine, budget=384, max_requests=engine.max_batch_requests)
+        done = threading.Event()
+        started = threading.Event()
+        idle = None
+        if warming:
+            engine.seen_shapes.clear()
+            idle = IdleWarmup(engine, max_length=384, stop=sched.waiting)
+            warm_call = engine.warm_call
+
+            def signalling_warm_call(rows: int, stop: Callable[[], bool]) -> bool:
+                started.set()
+                return warm_call(rows, stop)
+
+            engine.warm_call = signalling_warm_call
+        thread = threading.Thread(target=sched.run, args=(lambda m: done.set() if isinstance(m, Result) else None,
+                                                          idle, 0.05), daemon=True)
+        thread.start()
+        if warming:
+            started.wait(30)
+            time.sleep(0.005)  # into the warm call
+        t = time.perf_counter()
+        sched.submit(Pending("r", job(), 0, deadline=float("inf")))
+        done.wait(120)
+        took = (time.perf_counter() - t) * 1000
+        sched.stop()
+        thread.join(30)
+        if warming:
+            del engine.warm_call
+        return took
+
+    idle_ms = statistics.median(latency(False) for _ in range(reps))
+    warm_ms = statistics.median(latency(True) for _ in range(reps))
+    return [("3 warmup", "request on an idle engine / arriving during a warm call",
+             f"{idle_ms:.0f} / {warm_ms:.0f} ms (+{warm_ms - idle_ms:.1f} ms)")]
+
+
+# --- (4) memory (child process) ----------------------------------------------------------------
+def part_memory(cache: bool, fill: int) -> list[Row]:
+    """RSS growth of one engine (weights are mmapped: the page cache is shared between workers)."""
+    profile, _ = model()
+    rss = lambda: psutil.Process().memory_info().rss / 2**20
+    before = rss()
+    if not cache:
+        new_engine(cache=0, pin=False)
+        return [("4 memory", "engine RSS without snapshots (ctx 2048)", f"{rss() - before:.0f} MB")]
+    engine = new_engine()
+    empty = rss()
+    states = [item["state"] for item in WORKLOADS["W2"]] + WORKLOADS["W3"]["states"]
+    questions = WORKLOADS["W3"]["questions"][:4]
+    for k in range(fill):
+        engine.run([make_job(engine, profile, states[k % len(states)], questions)])
+    full = rss()
+    s = engine.cache.stats()
+    warm_full = ms(lambda: engine.run([make_job(engine, profile, states[fill - 1], questions)]))
+    engine.cache.clear()
+    engine.run([make_job(engine, profile, states[0], questions)])
+    warm_empty = ms(lambda: engine.run([make_job(engine, profile, states[0], questions)]))
+    return [("4 memory", "engine RSS, 16 x 8192-token cache: empty / filled",
+             f"{empty - before:.0f} / {full - before:.0f} MB (process {full:.0f} MB)"),
+            ("4 memory", "filled with: kept / tokens / KV bytes",
+             f"{s['kept']} / {s['tokens']} / {s['bytes'] / 2**20:.0f} MB"),
+            ("4 memory", "warm 4-question request, cache nearly empty / filled",
+             f"{warm_empty:.0f} / {warm_full:.0f} ms")]
+
+
+# --- (5) deterministic vs fast (child process per mode) ----------------------------------------
+def part_mode(mode: str, reps: int) -> list[Row]:
+    profile, _ = model()
+    engine = new_engine(mode=mode)
+    long_job = lambda k: sized_job(engine, profile, 384, k)
+    engine.run([long_job(50)])
+    k = iter(range(1000))
+    prefill = median_ms(lambda: engine.run([long_job(next(k))]), reps, before=engine.cache.clear)
+    batch = median_ms(lambda: engine.run([sized_job(engine, profile, 32, next(k)) for _ in range(8)]), reps,
+                      before=engine.cache.clear)
+    item = WORKLOADS["W3"]
+    warm_job = lambda: make_job(engine, profile, item["states"][0], item["questions"][:4])
+    engine.run([warm_job()])
+    warm = median_ms(lambda: engine.run([warm_job()]), reps)
+    return [("5 modes", f"{mode}: 384-token read / 8x32 batch / warm 4 questions",
+             f"{prefill:.0f} / {batch:.0f} / {warm:.0f} ms")]
+
+
+PARTS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
+    "batching": lambda a: part_batching(a.reps),
+    "snapshots": lambda a: part_snapshots(a.reps),
+    "first-none": lambda a: part_first_request("none"),
+    "first-startup": lambda a: part_first_request("startup"),
+    "first-full": lambda a: part_first_request("full"),
+    "during-idle": lambda a: part_during_idle(a.reps),
+    "memory-plain": lambda a: part_memory(False, 0),
+    "memory-cache": lambda a: part_memory(True, 4 if a.quick else 16),
+    "mode-deterministic": lambda a: part_mode("deterministic", a.reps),
+    "mode-fast": lambda a: part_mode("fast", a.reps),
+}
+
+
+def run_child(part: str, args: argparse.Namespace) -> list[Row]:
+    cmd = [sys.executable, "-m", "bench.engine", "--part", part, "--reps", str(args.reps)]
+    cmd += ["--quick"] if args.quick else []
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return [(part, "FAILED", out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "?")]
+    return [tuple(row) for row in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, a smaller cache fill")
+    parser.add_argument("--reps", type=int, default=0, help="repetitions per figure (default 5, quick 1)")
+    parser.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)  # one part, JSON out
+    args = parser.parse_args(argv)
+    args.reps = args.reps or (1 if args.quick else 5)
+    if args.part:
+        print(json.dumps(PARTS[args.part](args)))
+        return 0
+    rows: list[Row] = []
+    for part in PARTS:
+        started = time.perf_counter()
+        rows += run_child(part, args)
+        print(f"  {part}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    width = max(len(what) for _, what, _ in rows)
+    print(f"# python -m bench.engine{' --quick' if args.quick else ''} --reps {args.reps}  "
+          f"(cpus {len(os.sched_getaffinity(0))}, load {os.getloadavg()[0]:.1f})")
+    last = ""
+    for part, what, figure in rows:
+        print(f"{part if part != last else '':12} {what:{width}}  {figure}")
+        last = part
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

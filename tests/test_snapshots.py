@@ -1,0 +1,268 @@
+"""State snapshots: the LRU policy, its limits and longest-common-prefix matching on fake cells
+that place tokens like llama.cpp does; then, on the real model, that an answer is bit-identical
+whether its state came from a snapshot, a fresh read, alone or in a batch, across evictions."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.messages import prefix_key
+from tests.fake_cells import FakeCells, OutOfOrder, run_batch
+from tests.fleet import post_json
+from tests.kv_layout import in_position_order
+from tests.model import default_model, make_job
+from worker.engine import Engine
+from worker.snapshots import SnapshotCache, common_prefix, preamble_tokens
+
+PREAMBLE = list(range(1000, 1040))  # 40 tokens every prompt starts with
+
+
+def make_cache(cells: FakeCells, *, entries: int = 4, tokens: int = 400, pin: bool = True) -> SnapshotCache:
+    cache = SnapshotCache(cells, seqs=range(100, 100 + entries), max_entries=entries, max_tokens=tokens)
+    if pin:
+        cells.place([(0, i, t) for i, t in enumerate(PREAMBLE)])
+        cache.pin(PREAMBLE, 0)
+        cells.remove(0)
+    return cache
+
+
+def state(k: int, length: int = 40, common: int = 0) -> list[int]:
+    """Prefix of state k: the preamble, `common` tokens shared by all states, then its own."""
+    return PREAMBLE + list(range(2000, 2000 + common)) + [10_000 * (k + 1) + i for i in range(length)]
+
+
+@given(st.lists(st.integers(0, 3), max_size=40), st.lists(st.integers(0, 3), max_size=40))
+def test_common_prefix_matches_a_plain_loop(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert common_prefix(a, b) == n
+
+
+def test_a_repeated_state_is_read_once_and_the_preamble_always_hits():
+    cells = FakeCells(4000)
+    cache = make_cache(cells)
+    first = run_batch(cache, cells, [state(1)])
+    assert first.reused == [len(PREAMBLE)]  # the pinned preamble, not counted as a state hit
+    again = run_batch(cache, cells, [state(1)])
+    assert again.reused == [len(state(1))] and again.reads == []
+    s = cache.stats()
+    assert (s["hits"], s["misses"], s["reused_tokens"]) == (1, 1, len(PREAMBLE) + len(state(1)))
+    assert prefix_key(state(1)) in cache.keys and prefix_key(PREAMBLE) in cache.keys
+
+
+def test_least_recently_used_is_evicted_and_the_preamble_never():
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=3)  # the preamble and two states
+    run_batch(cache, cells, [state(1)])
+    run_batch(cache, cells, [state(2)])
+    run_batch(cache, cells, [state(1)])  # touch 1: 2 is now the oldest
+    run_batch(cache, cells, [state(3)])
+    held = {tuple(e.tokens) for e in cache.entries}
+    assert held == {tuple(PREAMBLE), tuple(state(1)), tuple(state(3))}
+
+
+def test_token_limit_evicts_and_a_prefix_over_the_limit_is_not_kept():
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=8, tokens=200)  # 40 preamble + two 80-token states
+    for k in range(4):
+        run_batch(cache, cells, [state(k)])
+        assert cache.tokens <= 200
+    assert len(cache.entries) == 3
+    run_batch(cache, cells, [state(9, length=300)])
+    assert all(len(e.tokens) < 300 for e in cache.entries)
+
+
+def test_off_keeps_nothing_and_reads_everything():
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=0, pin=False)
+    plan = run_batch(cache, cells, [state(1)])
+    plan = run_batch(cache, cells, [state(1)])
+    assert plan.reused == [0] and cache.entries == [] and cells.used() == 0
+
+
+def test_short_prefixes_are_not_kept():
+    cells = FakeCells(1000)
+    cache = make_cache(cells, pin=False)
+    run_batch(cache, cells, [list(range(31))])
+    assert cache.entries == []
+
+
+def test_states_sharing_a_long_beginning_never_serve_each_other_wrongly():
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=3, tokens=1000)
+    a, b = state(1, length=20, common=100), state(2, length=20, common=100)
+    run_batch(cache, cells, [a])
+    plan = run_batch(cache, cells, [b])  # run_batch checks the working sequence holds exactly b
+    assert plan.reused == [len(PREAMBLE) + 100]  # the common beginning came from a's snapshot
+    run_batch(cache, cells, [state(3)])  # evicts a; b was made from a copy of a's cells
+    run_batch(cache, cells, [state(4)])
+    for p in (a, b, state(3), state(4), a):
+        run_batch(cache, cells, [p])
+
+
+def test_duplicate_prefixes_in_a_batch_are_read_once():
+    cells = FakeCells(4000)
+    cache = make_cache(cells)
+    plan = run_batch(cache, cells, [state(1), state(2), state(1)])
+    assert [seq for seq, _, _ in plan.reads] == [0, 1] and plan.copies == [(0, 2, len(state(1)))]
+    assert cache.estimate(state(5), [state(5)]) == 0
+    assert cache.estimate(state(5)) == len(state(5)) - len(PREAMBLE)
+    assert cache.estimate(state(1)) == 0
+
+
+def test_a_partial_match_is_used_only_while_its_sliding_window_is_held():
+    cells = FakeCells(4000)
+    cache = SnapshotCache(cells, seqs=range(100, 104), max_entries=4, max_tokens=2000, n_swa=64)
+    long_a = state(1, length=10, common=200)
+    run_batch(cache, cells, [long_a])
+    entry = cache.entries[0]
+    other = state(2, length=10, common=200)  # shares the first 240 tokens of long_a
+    assert cache.estimate(other) == 10
+    cells.pos_floor[entry.seq] = 240 - 64 + 2  # llama.cpp dropped one position too many
+    assert cache.estimate(other) == len(other)
+    assert cache.estimate(long_a) == 0  # a full match never needs the dropped positions
+
+
+def test_out_of_order_placement_is_caught_by_the_fake():
+    """The hazard the epochs exist for: without relocation, the suffix of a request whose
+    snapshot lies above a hole would be placed below it."""
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=3)
+    cache._relocate = lambda movers: None  # what the cache would do without relocation
+    run_batch(cache, cells, [state(1)])
+    run_batch(cache, cells, [state(2)])
+    run_batch(cache, cells, [state(3)])  # evicts 1: a hole below 2
+    with pytest.raises(OutOfOrder):
+        run_batch(cache, cells, [state(2)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 7), st.sampled_from([0, 30, 120])),
+                         min_size=1, max_size=4), min_size=1, max_size=25),
+       st.integers(2, 6), st.sampled_from([150, 300, 600]))
+def test_random_traffic_keeps_limits_prefixes_and_cell_order(batches, entries, tokens):
+    """Any interleaving of states (some sharing beginnings), batch mates, evictions and
+    relocations: every working sequence holds its exact prefix, no token is ever appended below
+    its sequence's cells, and the limits hold after every batch."""
+    cells = FakeCells(2500)
+    cache = make_cache(cells, entries=entries, tokens=tokens)
+    for batch in batches:
+        run_batch(cache, cells, [state(k % 4 + 1, length=10 + 5 * k, common=common) for k, common in batch])
+        assert len(cache.entries) <= entries and cache.tokens <= tokens
+        assert cache.tokens == sum(len(e.tokens) for e in cache.entries)
+        for e in cache.entries:
+            assert cells.tokens(e.seq) == e.tokens and cells.in_order(e.seq)
+        assert cells.used() <= tokens  # snapshots hold at most their token budget in cells
+
+
+# --- the real model ----------------------------------------------------------------------------
+STATES = {
+    # two states sharing a long beginning, then diverging
+    "late": "Order 5521 from Ines contains two green tents for Lisbon. The courier picked it up on Monday and "
+            "the tracking page has not changed since; the customer now says the parcel is late.",
+    "paid": "Order 5521 from Ines contains two green tents for Lisbon. The courier picked it up on Monday and "
+            "the tracking page has not changed since; the customer has paid the invoice in full.",
+    "crash": "Since the last update the mobile app closes itself whenever I open the settings page, and "
+             "reinstalling it did not help at all.",
+}
+QUESTIONS = ["Is the parcel late?", "Has the customer paid?"]
+
+
+@pytest.fixture(scope="module")
+def fresh() -> Engine:
+    """No snapshots at all: every prompt is read from its first token."""
+    _, path = default_model()
+    engine = Engine(path, ctx=1024, threads=2, state_cache=0)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def cached() -> Engine:
+    """The preamble and two states fit: a third state evicts, and hits must relocate."""
+    profile, path = default_model()
+    engine = Engine(path, ctx=1024, threads=2, state_cache=3, state_cache_tokens=900)
+    engine.pin(preamble_tokens(engine.tokenize, profile))
+    yield engine
+    engine.close()
+
+
+def check_cache(engine: Engine) -> None:
+    cache = engine.cache
+    assert len(cache.entries) <= cache.max_entries and cache.tokens <= cache.max_tokens
+    for e in cache.entries:
+        assert in_position_order(engine, e.seq), f"snapshot {e.key} has cells out of position order"
+
+
+def test_answers_are_bit_identical_fresh_cold_warm_alone_and_batched(fresh, cached):
+    reference = {}
+    for name, text in STATES.items():
+        job = make_job(fresh, text, QUESTIONS)
+        fresh.run([job])
+        reference.update({(name, q): m for q, m in zip(QUESTIONS, job.margins)})
+    rng = random.Random(4)
+    names = list(STATES)
+    batches = [[("late", QUESTIONS)], [("late", QUESTIONS[:1])], [("paid", QUESTIONS)]]
+    batches += [[(rng.choice(names), rng.sample(QUESTIONS, rng.randint(1, 2))) for _ in range(rng.randint(1, 3))]
+                for _ in range(6)]
+    served_from_snapshot = 0
+    for batch in batches:
+        jobs = [make_job(cached, STATES[name], qs) for name, qs in batch]
+        cached.run(jobs)
+        for (name, qs), job in zip(batch, jobs):
+            assert job.margins == [reference[(name, q)] for q in qs], (name, qs, job.reused)
+            served_from_snapshot += job.reused > len(cached.cache.entries[0].tokens)
+        check_cache(cached)
+    stats = cached.cache.stats()
+    assert served_from_snapshot >= 5 and stats["hits"] >= 5 and stats["relocations"] >= 1, stats
+
+
+def test_states_longer_than_the_sliding_window(fresh, cached):
+    """Gemma 3's sliding-window layers see the last 512 positions, and a relocated snapshot
+    keeps only those: a partial match into a long snapshot is used while its window is held and
+    given up after a move. The answers are bit-identical either way."""
+    doc = " ".join(f"Line {i}: the sensor in room {i % 7} reported {20 + i % 5} degrees at noon." for i in range(15))
+    states = {"a": doc + " The heating was then switched off.", "b": doc + " The windows were then opened.",
+              "c": doc + " Nobody changed anything afterwards."}
+    question = ["Was the heating switched off?"]
+    reference = {}
+    for name, text in states.items():
+        job = make_job(fresh, text, question)
+        fresh.run([job])
+        reference[name] = job.margins
+    cache = cached.cache
+    cache.clear()
+    a = make_job(cached, states["a"], question)
+    assert len(a.prefix) > cache.n_swa > 0
+    cached.run([a])
+    b = make_job(cached, states["b"], question)
+    cached.run([b])  # a partial match into the snapshot of "a", whose window is held
+    assert b.margins == reference["b"] and b.reused == common_prefix(a.prefix, b.prefix)
+    cache.lost_placement()  # as after an eviction below "a": its next use moves it
+    a = make_job(cached, states["a"], question)
+    c = make_job(cached, states["c"], question)
+    cached.run([a, c])
+    assert a.margins == reference["a"] and a.reused == len(a.prefix)
+    assert c.margins == reference["c"] and c.reused == len(cache.entries[0].tokens)  # the preamble only
+    check_cache(cached)
+
+
+COUNTERS = ("kept", "max", "tokens", "max_tokens", "hits", "misses", "reused_tokens", "bytes")
+
+
+@pytest.mark.fleet
+def test_health_reports_state_snapshots_summed_and_per_worker(fleet):
+    request = {"model": "jev-latest", "state": STATES["crash"],
+               "questions": {"q": {"type": "noul", "instructions": "Does the app crash?"}}}
+    for _ in range(2):
+        status, _, body = post_json(fleet.url + "/v1/systemone", request)
+        assert status == 200, body
+    body = fleet.wait_for(lambda h: h["engine"]["state_snapshots"].get("hits", 0) >= 1, "counting a snapshot hit")
+    snapshots = body["engine"]["state_snapshots"]
+    (worker,) = snapshots["workers"].values()
+    assert all(snapshots[k] == worker[k] for k in COUNTERS)
+    assert snapshots["kept"] >= 2 and snapshots["reused_tokens"] > 0 and snapshots["bytes"] > 0

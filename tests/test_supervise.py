@@ -1,0 +1,64 @@
+"""`jevfleet serve`: the supervisord configuration it renders, and that the fleet goes away with
+the process that started it (make does not forward SIGTERM)."""
+from __future__ import annotations
+
+import configparser
+import os
+import select
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from jevfleet.supervise import render_supervisord_conf
+from shared.config import load_settings
+from tests.fleet import ROOT, Fleet, free_port
+
+
+def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
+    settings = load_settings({"workers": 3, "run_dir": str(tmp_path)}, environ={})
+    conf = configparser.RawConfigParser()
+    conf.read_string(render_supervisord_conf(settings))
+    worker = conf["program:worker"]
+    assert worker["numprocs"] == "3"
+    assert worker["process_name"] == "worker_%(process_num)02d"
+    assert worker["autorestart"] == "unexpected" and worker["exitcodes"] == "0"
+    assert int(worker["stopwaitsecs"]) > settings.deadline_s
+    assert conf["program:gateway"]["command"].endswith("-m jevfleet gateway")
+    assert conf["program:gateway"]["directory"] == str(ROOT) == worker["directory"]
+    assert str(tmp_path) in conf["supervisord"]["logfile"]  # logs in the run dir, not the repo
+
+
+def wait_exit(pid: int, timeout: float) -> bool:
+    """Block until process `pid` exits (pidfd becomes readable), or timeout."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.fleet
+def test_fleet_stops_when_the_process_that_started_it_is_terminated(tmp_path):
+    port = free_port()
+    serve = [sys.executable, "-m", "jevfleet", "serve", "--port", str(port), "--workers", "1",
+             "--run-dir", str(tmp_path)]
+    # A stand-in for make: a parent that starts serve and is then killed on its own.
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run({serve!r})"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    fleet = Fleet(port=port, run_dir=tmp_path, proc=parent)
+    try:
+        health = fleet.wait_for(lambda h: h.get("status") == "ready", "ready")
+        supervisord = int((tmp_path / "supervisord.pid").read_text())
+        worker = health["workers"][0]["pid"]
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(10)
+        assert wait_exit(supervisord, 60), "supervisord outlived its parent"
+        assert wait_exit(worker, 5), "worker outlived supervisord"
+    finally:
+        if parent.poll() is None:
+            parent.kill()

@@ -1,0 +1,101 @@
+"""Warmup: the startup pass leaves nothing behind, idle warmup walks the decode shapes not yet
+seen and gives way to real work at once."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from shared.messages import Result
+from tests.model import default_model, make_job
+from tests.test_scheduler import Collector
+from worker.engine import Engine
+from worker.pieces import piece_sizes
+from worker.scheduler import Pending, Scheduler
+from worker.snapshots import preamble_tokens
+from worker.warmup import IdleWarmup, startup_warmup
+
+
+class ShapeEngine:
+    """Records warm calls; the first call for a shape is aborted once when `abort_first`."""
+
+    def __init__(self, abort_first: bool = False) -> None:
+        self.seen_shapes: set[int] = set()
+        self.calls: list[int] = []
+        self.abort_first = abort_first
+
+    def decode_shapes(self, n: int) -> list[int]:
+        return piece_sizes(max(2, n), 32)
+
+    def warm_call(self, rows: int, stop) -> bool:
+        self.calls.append(rows)
+        if self.abort_first and self.calls.count(rows) == 1:
+            return False
+        self.seen_shapes.add(rows)
+        return True
+
+
+def test_idle_warmup_walks_unseen_shapes_one_call_at_a_time():
+    engine = ShapeEngine()
+    engine.seen_shapes.update({2, 32})
+    idle = IdleWarmup(engine, max_length=384, stop=lambda: False)
+    assert idle.shapes == list(range(2, 33))
+    results = [idle() for _ in range(29)]
+    assert engine.calls == list(range(3, 32))
+    assert results[-1] is False and all(results[:-1])
+    assert idle() is False and len(engine.calls) == 29  # nothing left: no more calls
+
+
+def test_an_aborted_warm_call_is_tried_again_later():
+    engine = ShapeEngine(abort_first=True)
+    idle = IdleWarmup(engine, max_length=3, stop=lambda: False)
+    assert [idle(), idle(), idle(), idle()] == [True, True, True, False]
+    assert engine.calls == [2, 2, 3, 3] and idle.aborted == 2
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    profile, path = default_model()
+    engine = Engine(path, ctx=1024, threads=2, state_cache=2, state_cache_tokens=1024)
+    engine.pin(preamble_tokens(engine.tokenize, profile))  # as the worker does before warming up
+    yield engine
+    engine.close()
+
+
+def test_startup_warmup_keeps_no_snapshot_and_counts_nothing(engine):
+    profile, _ = default_model()
+    before = engine.cache.stats()
+    startup_warmup(engine, profile)
+    assert engine.cache.stats() == before and len(engine.cache.entries) == 1  # the preamble
+    assert 32 in engine.seen_shapes
+
+
+def test_a_request_arriving_during_idle_warmup_is_answered(engine):
+    job = make_job(engine, "The train to Porto left twenty minutes late.", ["Was the train late?"])
+    engine.run([job])
+    reference = job.margins
+    engine.seen_shapes.clear()
+    sched = Scheduler(engine, budget=384, max_requests=engine.max_batch_requests)
+    warming = threading.Event()
+    idle = IdleWarmup(engine, max_length=384, stop=sched.waiting)
+    real_warm_call = engine.warm_call
+
+    def warm_call(rows, stop):
+        warming.set()
+        return real_warm_call(rows, stop)
+
+    engine.warm_call = warm_call
+    out = Collector()
+    thread = threading.Thread(target=sched.run, args=(out, idle, 0.05), daemon=True)
+    thread.start()
+    try:
+        assert warming.wait(60), "idle warmup never started"
+        again = make_job(engine, "The train to Porto left twenty minutes late.", ["Was the train late?"])
+        sched.submit(Pending("r1", again, 10, deadline=float("inf")))
+        out.wait(1, timeout=120)
+    finally:
+        sched.stop()
+        thread.join(60)
+        del engine.warm_call
+    assert isinstance(out[0], Result) and out[0].margins == reference
+    assert idle.calls >= 1
