@@ -23,6 +23,7 @@ from gateway.fleet import Fleet, WorkerState
 PHASE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 255)
 SERVER_TIMING_ENTRY = re.compile(r"\s*([A-Za-z0-9_-]+)\s*;\s*dur=([0-9.]+)")
+SNAPSHOT_STATS = "state_snapshots"  # the key of the snapshot counters in Heartbeat.stats
 
 
 class FleetCollector(Collector):
@@ -58,7 +59,7 @@ class FleetCollector(Collector):
             stats = w.stats if isinstance(w.stats, Mapping) else {}
             for name, value in numbers(stats):
                 scheduler.add_metric([wid, name], value)
-            snaps = stats.get("snapshots")
+            snaps = stats.get(SNAPSHOT_STATS)
             snaps = dict(numbers(snaps)) if isinstance(snaps, Mapping) else {}
             if "hits" in snaps and "misses" in snaps:
                 n_hits, n_misses = snaps.pop("hits"), snaps.pop("misses")
@@ -88,7 +89,7 @@ class Metrics:
         self.requests = Counter("jevfleet_http_requests", "HTTP responses by route and status",
                                 ["route", "method", "status"], registry=self.registry)
         self.phases = Histogram("jevfleet_request_phase_seconds", "Time per Server-Timing phase of "
-                                "answered decision requests (total = the whole request)", ["phase"],
+                                "answered (2xx) requests; total = the whole request", ["phase"],
                                 buckets=PHASE_BUCKETS_S, registry=self.registry)
         self.batch = Histogram("jevfleet_batch_requests", "Requests in the worker batch that answered a request",
                                buckets=BATCH_BUCKETS, registry=self.registry)
@@ -96,6 +97,8 @@ class Metrics:
 
     def observe_response(self, route: str, method: str, response: web.StreamResponse) -> None:
         self.requests.labels(route, method, str(response.status)).inc()
+        if not 200 <= response.status < 300:
+            return  # refused requests would mix their short phases into the answers' latency
         for phase, ms in SERVER_TIMING_ENTRY.findall(response.headers.get("Server-Timing", "")):
             self.phases.labels(phase).observe(float(ms) / 1000)
 

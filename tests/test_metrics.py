@@ -33,8 +33,8 @@ def worker(worker_id: str, stats: object, up: bool = True) -> WorkerState:
 def test_worker_stats_are_exported_and_odd_stats_are_skipped():
     workers = {
         "a": worker("a", {"batches": 3, "requests": 7, "note": "text", "flag": True,
-                          "snapshots": {"hits": 6, "misses": 2, "kept": 4, "bytes": 1024, "keys": ["x"]}}),
-        "b": worker("b", {"batches": 1, "snapshots": "not a dict"}, up=False),
+                          "state_snapshots": {"hits": 6, "misses": 2, "kept": 4, "bytes": 1024, "keys": ["x"]}}),
+        "b": worker("b", {"batches": 1, "state_snapshots": "not a dict"}, up=False),
         "c": worker("c", None),  # a worker of another version: no stats at all
     }
     fams = families(Metrics(SimpleNamespace(workers=workers)).exposition().decode())
@@ -67,6 +67,13 @@ def test_server_timing_phases_become_histograms():
     assert {s.labels["phase"] for s in phases.samples} == {"parse", "queue", "total"}
     assert sample(fams, "jevfleet_http_requests", "jevfleet_http_requests_total",
                   route="/v1/systemone", method="POST", status="200") == 1
+    metrics.observe_response("/v1/systemone", "POST", web.Response(status=422, headers={
+        "Server-Timing": "parse;dur=0.20, validate;dur=0.1, total;dur=0.4"}))
+    fams = families(metrics.exposition().decode())
+    assert sample(fams, "jevfleet_request_phase_seconds", "jevfleet_request_phase_seconds_count",
+                  phase="total") == 1  # refused requests are counted by status, not timed
+    assert sample(fams, "jevfleet_http_requests", "jevfleet_http_requests_total",
+                  route="/v1/systemone", method="POST", status="422") == 1
 
 
 @pytest.mark.fleet
@@ -92,8 +99,7 @@ def test_metrics_of_the_real_fleet(fleet: Fleet):
     assert sample(fams, "jevfleet_workers_up") == 1
     (wid,) = {s.labels["worker"] for s in fams["jevfleet_worker_up"].samples}
     assert sample(fams, "jevfleet_worker_queued_requests", worker=wid) >= 0
-    assert {"jevfleet_snapshot_hits", "jevfleet_snapshot_misses"} <= set(fams)
-    # The worker's scheduler counters arrive with its heartbeats: wait for one after our answer.
+    # The worker's counters arrive with its heartbeats: wait for one sent after our answer.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         fams = families(http("GET", fleet.url + "/metrics")[2].decode())
@@ -103,3 +109,7 @@ def test_metrics_of_the_real_fleet(fleet: Fleet):
             break
         time.sleep(0.2)
     assert scheduled >= 1
+    hits = sample(fams, "jevfleet_snapshot_hits", "jevfleet_snapshot_hits_total", worker=wid)
+    misses = sample(fams, "jevfleet_snapshot_misses", "jevfleet_snapshot_misses_total", worker=wid)
+    assert hits + misses >= 1
+    assert sample(fams, "jevfleet_snapshot", worker=wid, name="kept") >= 0
