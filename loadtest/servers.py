@@ -29,20 +29,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body); status 0 when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-    except OSError:
-        return 0, b""
-
-
-def post_json(url: str, body: object, timeout: float) -> tuple[int, bytes]:
-    """(status, body) of a JSON POST; status 0 when nothing answers."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+def call(url: str, body: object = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of a GET, or of a JSON POST when `body` is given; status 0 when nothing answers."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -53,7 +43,7 @@ def post_json(url: str, body: object, timeout: float) -> tuple[int, bytes]:
 
 
 def fleet_ready(url: str) -> bool:
-    status, body = get(url + "/health")
+    status, body = call(url + "/health")
     try:
         return status == 200 and json.loads(body).get("status") == "ready"
     except ValueError:
@@ -61,7 +51,7 @@ def fleet_ready(url: str) -> bool:
 
 
 def answers_200(path: str) -> Callable[[str], bool]:
-    return lambda url: get(url + path)[0] == 200
+    return lambda url: call(url + path)[0] == 200
 
 
 @contextmanager

@@ -96,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="", help="URL of a running jevfleet gateway; absent: start one")
     p.add_argument("--users", type=user_counts, default=[1, 2, 4, 8, 16], help="comma-separated user counts")
     p.add_argument("--duration", type=seconds, default=60, help="measured time per user count (60s, 2m)")
-    p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target's sweep")
+    p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
     p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3 or a comma list")
     p.add_argument("--target", type=target_list, default=["jevfleet"],
                    help="jevfleet, llama-cpp-python, llama-server, both (first two), all, or a comma list")
@@ -179,8 +179,8 @@ class Sweep:
         it abandons the requests in flight, and a server may still work them off (a running batch
         cannot be cancelled); on a FIFO server this probe's answer comes after that backlog."""
         protocol = PROTOCOLS[target]
-        status, _ = servers.post_json(url + protocol.path, protocol.body(self.profile, workloads.load(workload)[0]),
-                                      timeout=SETTLE_TIMEOUT_S)
+        status, _ = servers.call(url + protocol.path, protocol.body(self.profile, workloads.load(workload)[0]),
+                                 timeout=SETTLE_TIMEOUT_S)
         if status != 200:
             print(f"    warning: settle probe got status {status}", flush=True)
 
