@@ -112,36 +112,34 @@ def write_results(rows: list[Row], out: Path, *, command: str, machine: str) -> 
 
 
 def plot(rows: list[Row], out: Path) -> Path:
-    """req/s (left) and p50/p99 latency (right) against users, one line per target and workload."""
+    """req/s (left) and p50/p99 latency (right) against users; one colour per target and workload."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, (ax_rps, ax_lat) = plt.subplots(1, 2, figsize=(11, 4.2))
-    series = sorted({(r.target, r.workload) for r in rows})
-    for target, workload in series:
+    fig, (ax_rps, ax_lat) = plt.subplots(1, 2, figsize=(11, 4.8))
+    for target, workload in sorted({(r.target, r.workload) for r in rows}):
         pts = sorted((r for r in rows if (r.target, r.workload) == (target, workload)), key=lambda r: r.users)
         users = [r.users for r in pts]
-        label = f"{target} {workload}"
-        line, = ax_rps.plot(users, [r.rps for r in pts], marker="o", label=label)
-        ax_lat.plot(users, [r.p50_ms for r in pts], marker="o", color=line.get_color(), label=f"{label} p50")
-        ax_lat.plot(users, [r.p99_ms for r in pts], marker="^", linestyle="--", color=line.get_color(),
-                    label=f"{label} p99")
+        line, = ax_rps.plot(users, [r.rps for r in pts], marker="o", label=f"{target} {workload}")
+        ax_lat.plot(users, [r.p50_ms for r in pts], marker="o", color=line.get_color())
+        ax_lat.plot(users, [r.p99_ms for r in pts], marker="^", linestyle="--", color=line.get_color())
     ax_rps.set(xlabel="concurrent users (closed loop)", ylabel="answers / s", title="Throughput")
     ax_rps.set_ylim(bottom=0)
-    ax_lat.set(xlabel="concurrent users (closed loop)", ylabel="latency (ms), log scale", title="Latency",
-               yscale="log")
-    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
-    ax_lat.yaxis.set_major_formatter(plain)
-    ax_lat.yaxis.set_minor_formatter(plain)
+    ax_lat.set(xlabel="concurrent users (closed loop)", ylabel="latency (ms), log scale",
+               title="Latency: p50 (solid), p99 (dashed)", yscale="log")
+    ax_lat.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax_lat.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+    ticks = sorted({r.users for r in rows})
     for ax in (ax_rps, ax_lat):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted({r.users for r in rows}), labels=[str(u) for u in sorted({r.users for r in rows})])
+        ax.set_xticks(ticks, labels=[str(u) for u in ticks])
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.legend(loc="lower center", ncol=min(6, len(ax_rps.lines)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     path = out / "throughput_latency.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
