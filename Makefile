@@ -58,3 +58,9 @@ bench-decide: $(STAMP)
 # Engine benchmark (batching, snapshots, warmup, memory, modes); BENCH_ARGS=--quick for a short run.
 bench-engine: $(STAMP)
 	$(PY) -m bench.engine $(BENCH_ARGS)
+
+# The same closed-loop load on fleets of different shapes: 1 worker × 2 threads vs 2 × 1 here.
+# BENCH_ARGS=--quick for a short run; --shapes 1x2,2x2,4x2,8x2 on a bigger machine.
+.PHONY: bench-scaling
+bench-scaling: $(STAMP)
+	$(PY) -m bench.scaling $(BENCH_ARGS)

@@ -1,1 +1,1 @@
-"""Benchmarks: scripts that print tables of figures measured in one run (not run by tests)."""
+"""Benchmarks: scripts that print tables of figures measured side by side in one run (never run by tests)."""

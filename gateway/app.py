@@ -14,8 +14,9 @@ from gateway.auth import OPEN_PATHS, authorized
 from gateway.body import read_body
 from gateway.errors import (ApiError, detail, internal_error, method_not_allowed, not_found, overloaded, too_large,
                             unauthorized)
-from gateway.fleet import Fleet, NoWorker, WorkerFailed
+from gateway.fleet import Fleet, Unavailable
 from gateway.metrics import install as install_metrics, record_batch
+from gateway.shedding import shed_when_full
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
@@ -105,12 +106,8 @@ async def systemone(request: web.Request) -> web.Response:
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
     try:
         result = await app[FLEET].submit(score, tokens.count)
-    except NoWorker as exc:
-        raise overloaded(503, str(exc), retry_after=1) from None
-    except WorkerFailed as exc:
-        if exc.code == "expired":
-            raise overloaded(503, "the request waited past its deadline", retry_after=1) from None
-        raise
+    except Unavailable as exc:  # 429 every queue full, 503 no worker / past deadline
+        raise overloaded(exc.status, str(exc), retry_after=exc.retry_after) from None
     record_batch(request, result.batch_requests)
     timing.set("queue", result.queue_ms)
     timing.set("inference", result.run_ms)
@@ -152,13 +149,15 @@ async def health(request: web.Request) -> web.Response:
         "engine": engine,
         "model_files": {path.name: file_sha256(path)},
         "fingerprint": fingerprints[0] if len(fingerprints) == 1 else fingerprints,
+        "fleet": fleet.describe(),
     }
     return web.json_response(body, status=200 if up else 503)
 
 
 def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
     """api_key: when not empty, the Bearer token every call but /health and /metrics needs."""
-    app = web.Application(middlewares=[request_id_and_errors], client_max_size=settings.max_body_bytes + BODY_SLACK)
+    app = web.Application(middlewares=[request_id_and_errors, shed_when_full(FLEET, "/v1/systemone")],
+                          client_max_size=settings.max_body_bytes + BODY_SLACK)
     profile = load_profile(settings.profile)
     app[SETTINGS] = settings
     app[API_KEY] = api_key
@@ -166,7 +165,7 @@ def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
     app[MODEL_FILE] = resolve_model(profile, settings.cache_path, settings.model)
     app[TOKENIZER] = Tokenizer(app[MODEL_FILE], profile, threads=settings.tokenizer_threads,
                                deterministic=settings.mode == "deterministic")
-    app[FLEET] = Fleet(settings.zmq_endpoint, heartbeat_s=settings.heartbeat_s, dead_after_s=settings.dead_after_s)
+    app[FLEET] = Fleet(settings)
 
     async def fleet_ctx(app: web.Application):
         settings.run_path.mkdir(parents=True, exist_ok=True)
@@ -186,6 +185,9 @@ def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
 def run_gateway_process(settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = create_app(settings, api_key=os.environ.get("JEV_API_KEY", ""))
+    # handler_cancellation: a client that disconnects cancels its handler, which withdraws
+    # its queued work from the worker. SIGTERM: stop accepting, let handlers finish, exit 0.
     web.run_app(app, host=settings.host, port=settings.port, access_log=None, shutdown_timeout=settings.deadline_s,
-                print=lambda *_: log.info("gateway on http://%s:%d", settings.host, settings.port), **SERVER_OPTIONS)
+                print=lambda *_: log.info("gateway on http://%s:%d", settings.host, settings.port),
+                handler_cancellation=True, **SERVER_OPTIONS)
     return 0

@@ -15,13 +15,17 @@ PARSE_ERROR = "There was an error parsing the body"
 
 class ApiError(Exception):
     def __init__(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        super().__init__(f"{status}: {body}")
+        super().__init__(status)  # not the body: it may echo a deep or huge client value
         self.status = status
         self.body = body
         self.headers = headers or {}
 
     def json(self) -> str:
         return error_json(self.body)
+
+    def __str__(self) -> str:
+        text = self.json()
+        return f"{self.status} {text[:300]}{'…' if len(text) > 300 else ''}"
 
 
 ECHO_DEPTH = 64  # an echoed input deeper than this is cut (the parser accepts ~1000 levels)

@@ -1,4 +1,4 @@
-"""The `jevfleet` command: serve (the whole fleet under supervisord), gateway, worker.
+"""The `jevfleet` command: serve (the whole fleet under supervisord), gateway, worker, keys.
 
 Every setting of conf/jevfleet.toml is also a flag of every subcommand (--batch-tokens for
 batch_tokens ...), so one table documents them all.
@@ -6,6 +6,7 @@ batch_tokens ...), so one table documents them all.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Sequence
@@ -23,6 +24,14 @@ HELP = {
     "endpoint": "ZeroMQ endpoint of the gateway (default ipc://<run-dir>/workers.ipc)",
     "heartbeat_s": "worker heartbeat period, seconds (default 0.5)",
     "dead_after_s": "a worker silent this long is taken out of service (default 2)",
+    "queue_tokens": "tokens queued per worker at most before 429 (default 4096)",
+    "queue_requests": "requests queued per worker at most before 429 (default 32)",
+    "affinity_slack_tokens": "a worker holding the state prefix gets the request while its queue is "
+                             "at most this many tokens longer than the least loaded (default 384)",
+    "affinity_memory": "state prefixes the gateway remembers per worker (default 16)",
+    "curve_key": "this process's CURVE secret key file (from `jevfleet keys`)",
+    "curve_server_key": "worker: the gateway's CURVE public key file",
+    "curve_clients": "gateway: directory of worker CURVE public key files it accepts",
     "run_dir": "supervisord socket, pid file and logs (default /tmp/jevfleet-<port>)",
     "profile": "model profile name (conf/models/NAME.toml) or path to a .toml",
     "model": "GGUF file overriding the profile's model",
@@ -66,17 +75,32 @@ def build_parser() -> argparse.ArgumentParser:
                         "with --jsonl: appended to, resuming after the lines already there)")
     for p in (serve, gateway, worker, decide):
         _add_settings_flags(p)
+    keys = sub.add_parser("keys", help="create CURVE keys for gateway and workers on other hosts")
+    keys.add_argument("directory", type=Path, help="where to write gateway.key(_secret) and workers/")
+    keys.add_argument("--workers", type=int, default=1, help="worker key pairs to create (default 1)")
     return parser
+
+
+def _keys(directory: Path, workers: int) -> int:
+    from shared.curve import make_keys
+
+    for path in make_keys(directory, workers):
+        print(path)
+    w = directory / "workers"
+    print(f"gateway: --curve-key {directory / 'gateway.key_secret'} --curve-clients {w}\n"
+          f"worker:  --curve-key {w / 'worker-00.key_secret'} --curve-server-key {directory / 'gateway.key'}\n"
+          "(copy gateway.key and one worker-NN.key_secret to each worker host)")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "keys":
+        return _keys(args.directory, args.workers)
     settings = _settings(args)
-    if args.command == "serve":
-        from jevfleet.supervise import serve
+    from shared.curve import CurveError
 
-        return serve(settings)
     if args.command == "decide":
         from jevfleet.decide import decide_file, decide_jsonl
 
@@ -87,10 +111,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--jsonl needs --output")
             return decide_jsonl(settings, args.jsonl, args.output)
         return decide_file(settings, args.request, args.output)
-    if args.command == "gateway":
-        from gateway.app import run_gateway_process
+    try:
+        if args.command == "serve":
+            from jevfleet.supervise import serve
 
-        return run_gateway_process(settings)
-    from worker.process import run_worker_process
+            return serve(settings)
+        if args.command == "gateway":
+            from gateway.app import run_gateway_process
 
-    return run_worker_process(settings, index=args.index, cores=args.cores, worker_id=args.id)
+            return run_gateway_process(settings)
+        from worker.process import run_worker_process
+
+        return run_worker_process(settings, index=args.index, cores=args.cores, worker_id=args.id)
+    except CurveError as exc:  # a setup mistake: say so, exit non-zero, no traceback
+        print(f"jevfleet {args.command}: {exc}", file=sys.stderr)
+        return 2

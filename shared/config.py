@@ -29,6 +29,13 @@ class Settings:
     endpoint: str = ""
     heartbeat_s: float = 0.5
     dead_after_s: float = 2.0
+    queue_tokens: int = 4096
+    queue_requests: int = 32
+    affinity_slack_tokens: int = 384
+    affinity_memory: int = 16
+    curve_key: str = ""
+    curve_server_key: str = ""
+    curve_clients: str = ""
     run_dir: str = ""
     profile: str = "gemma-3-270m"
     model: str = ""

@@ -29,6 +29,7 @@ class Ready:
     queued_requests: int = 0
     snapshot_keys: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    draining: bool = False  # stopping: finishing its batch, takes no new requests
 
 
 @dataclass(kw_only=True)
@@ -94,8 +95,16 @@ class Drain:
     request_ids: list[str]
 
 
-Message = Ready | Heartbeat | Score | Result | Error | Cancel | Drain
-_BY_KIND: dict[str, type] = {cls.KIND: cls for cls in (Ready, Heartbeat, Score, Result, Error, Cancel, Drain)}
+@dataclass(kw_only=True)
+class Ping:
+    """Gateway → worker: no reply expected. Sent after the ROUTER saw a connection drop: the
+    send fails for exactly the worker whose connection is gone, which names the dead one."""
+
+    KIND: ClassVar[str] = "ping"
+
+
+Message = Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping
+_BY_KIND: dict[str, type] = {cls.KIND: cls for cls in (Ready, Heartbeat, Score, Result, Error, Cancel, Drain, Ping)}
 
 
 def encode(msg: Message) -> bytes:

@@ -37,3 +37,12 @@ def test_exceptions_in_ctx_become_empty_objects_like_fastapis_encoder():
                           "ctx": {"error": ValueError("no")}}])
     assert strict(err.json()) == {"detail": [{"type": "value_error", "loc": ["body", "x"], "msg": "Value error, no",
                                               "input": 1, "ctx": {"error": {}}}]}
+
+
+def test_an_error_echoing_a_deep_value_can_still_be_printed():
+    value: list = []
+    for _ in range(5000):
+        value = [value]
+    err = schema_errors([{"type": "extra_forbidden", "loc": ("x",), "msg": "Extra inputs are not permitted",
+                          "input": value}])
+    assert str(err).startswith('422 {"detail":') and repr(err) == "ApiError(422)"

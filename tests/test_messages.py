@@ -4,17 +4,18 @@ from __future__ import annotations
 import pytest
 import zmq
 
-from shared.messages import Cancel, Drain, Error, Heartbeat, Ready, Result, Score, decode, encode
+from shared.messages import Cancel, Drain, Error, Heartbeat, Ping, Ready, Result, Score, decode, encode
 
 SAMPLES = [
     Ready(worker_id="h/w00", pid=12, cores=[0, 1], model="m", model_sha256="ab", fingerprint="f"),
     Heartbeat(worker_id="h/w00", pid=12, cores=[0], model="m", model_sha256="ab", fingerprint="f",
-              queued_tokens=40, queued_requests=2, snapshot_keys=["k"], stats={"batches": 3}),
+              queued_tokens=40, queued_requests=2, snapshot_keys=["k"], stats={"batches": 3}, draining=True),
     Score(request_id="r1", prefix=[2, 10, 11], suffixes=[[5, 6], [7]], yes_ids=[8], no_ids=[9], deadline=1.5),
     Result(request_id="r1", margins=[0.25, -1.0], queue_ms=1.0, run_ms=2.0, batch_requests=2, read_tokens=5),
     Error(request_id="r1", code="expired", message="late"),
     Cancel(request_id="r1"),
     Drain(worker_id="h/w00", request_ids=["r2", "r3"]),
+    Ping(),
 ]
 
 

@@ -5,16 +5,24 @@ from __future__ import annotations
 import os
 
 
-def parse_cores(spec: str) -> list[int]:
+def parse_cores(spec: str, available: list[int] | None = None) -> list[int]:
+    """"2-3" or "0,2" → [2, 3] / [0, 2]; refuses cores this process may not run on."""
     cores: list[int] = []
     for part in spec.split(","):
         part = part.strip()
         if not part:
             continue
         lo, _, hi = part.partition("-")
-        cores.extend(range(int(lo), int(hi or lo) + 1))
+        try:
+            cores.extend(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ValueError(f"--cores {spec!r}: {part!r} is not a core number or range like 2-3") from None
     if not cores:
         raise ValueError(f"no cores in {spec!r}")
+    avail = set(available if available is not None else os.sched_getaffinity(0))
+    if not set(cores) <= avail:
+        raise ValueError(f"--cores {spec!r}: cores {sorted(set(cores) - avail)} are not available "
+                         f"(this process may use {sorted(avail)})")
     return sorted(set(cores))
 
 

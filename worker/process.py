@@ -3,7 +3,10 @@ and the scheduler thread.
 
 The main thread owns the DEALER socket (ZeroMQ sockets are not thread-safe); the scheduler
 thread sends its results over an inproc PUSH socket that the main thread forwards. SIGTERM
-drains: the running batch finishes, queued requests are handed back to the gateway, exit 0.
+drains: queued requests are handed back to the gateway (DRAIN), the running batch finishes
+while heartbeats say "draining", requests arriving meanwhile are refused with code
+"draining" (the gateway places them again), and the process exits 0. Any crash exits
+non-zero, so supervisord (autorestart=unexpected) starts it again.
 """
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ from pathlib import Path
 
 import zmq
 
+from shared import curve
 from shared.config import Settings
-from shared.messages import Cancel, Drain, Heartbeat, Message, Ready, Score, decode, encode
+from shared.messages import Cancel, Drain, Error, Heartbeat, Message, Ready, Score, decode, encode
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile
 from worker.cores import derive_cores, parse_cores, pin
@@ -49,6 +53,7 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
 class WorkerProcess:
     def __init__(self, settings: Settings, *, index: int, cores: str = "", worker_id: str = "") -> None:
         self.settings = settings
+        self.keys = curve.worker_keys(settings)  # refuse an unprotected remote link before loading
         self.cores = parse_cores(cores) if cores else derive_cores(index, settings.cores_per_worker)
         pin(self.cores)
         self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
@@ -76,6 +81,7 @@ class WorkerProcess:
             queued_requests=requests,
             snapshot_keys=list(self.engine.cache.keys),
             stats={**vars(self.scheduler.counters), "state_snapshots": self.engine.cache.stats()},
+            draining=self._stop.is_set(),
         )
 
     def _scheduler_thread(self, zctx: zmq.Context) -> None:
@@ -89,11 +95,15 @@ class WorkerProcess:
         finally:
             push.close(linger=1000)
 
-    def _on_message(self, msg: Message) -> None:
+    def _on_message(self, msg: Message) -> Message | None:
+        """Act on a gateway message; returns the reply to send, if any."""
         if isinstance(msg, Score):
+            if self._stop.is_set():
+                return Error(request_id=msg.request_id, code="draining", message="worker is stopping")
             self.scheduler.submit(Pending.from_score(msg))
         elif isinstance(msg, Cancel):
             self.scheduler.cancel(msg.request_id)
+        return None  # Ping needs no answer: the gateway only wanted to know the link is up
 
     def serve(self) -> int:
         if self.settings.warmup:
@@ -104,40 +114,52 @@ class WorkerProcess:
         dealer = zctx.socket(zmq.DEALER)
         dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
         dealer.setsockopt(zmq.LINGER, 2000)
+        if self.keys is not None:
+            self.keys.apply(dealer)
         dealer.connect(self.settings.zmq_endpoint)
         thread = threading.Thread(target=self._scheduler_thread, args=(zctx,), name="scheduler")
         thread.start()
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
-        dealer.send(encode(self.status(Ready)))
-        log.info("%s: ready, connected to %s", self.worker_id, self.settings.zmq_endpoint)
+
+        def send(frame: bytes) -> None:
+            try:  # never block on a gateway that is away: its queue fills, we drop
+                dealer.send(frame, zmq.NOBLOCK)
+            except zmq.Again:
+                log.warning("%s: gateway not reading; dropped a message", self.worker_id)
+
+        send(encode(self.status(Ready)))
+        log.info("%s: ready, connected to %s%s", self.worker_id, self.settings.zmq_endpoint,
+                 " (CURVE)" if self.keys else "")
         poller = zmq.Poller()
         poller.register(dealer, zmq.POLLIN)
         poller.register(pull, zmq.POLLIN)
         beat = self.settings.heartbeat_s
         next_beat = time.monotonic() + beat
-        while not self._stop.is_set():
-            if not thread.is_alive():  # the scheduler crashed: exit non-zero, supervisord restarts us
+        left: list[str] | None = None  # requests handed back, once draining
+        while left is None or thread.is_alive() or pull.poll(0):
+            if left is None and self._stop.is_set():  # SIGTERM: hand the queue back
+                left = self.scheduler.stop()
+                send(encode(Drain(worker_id=self.worker_id, request_ids=left)))
+                log.info("%s: draining, %d queued requests handed back", self.worker_id, len(left))
+            elif left is None and not thread.is_alive():  # crashed: exit non-zero, get restarted
                 log.error("%s: scheduler thread died; exiting", self.worker_id)
                 return 1
             events = dict(poller.poll(timeout=max(0.0, next_beat - time.monotonic()) * 1000))
             if dealer in events:
                 try:
-                    self._on_message(decode(dealer.recv()))
+                    reply = self._on_message(decode(dealer.recv()))
                 except ValueError as exc:
                     log.warning("dropped a bad frame: %s", exc)
+                else:
+                    if reply is not None:
+                        send(encode(reply))
             if pull in events:
-                dealer.send(pull.recv())
+                send(pull.recv())
             if time.monotonic() >= next_beat:
-                dealer.send(encode(self.status()))
+                send(encode(self.status()))
                 next_beat = time.monotonic() + beat
-        # Drain: hand the queue back, let the running batch finish, forward its results.
-        left = self.scheduler.stop()
-        dealer.send(encode(Drain(worker_id=self.worker_id, request_ids=left)))
-        while thread.is_alive() or pull.poll(0):
-            if pull.poll(100):
-                dealer.send(pull.recv())
-        log.info("%s: drained (%d handed back), exiting", self.worker_id, len(left))
+        log.info("%s: drained, exiting", self.worker_id)
         dealer.close()
         pull.close()
         zctx.term()

@@ -1,0 +1,70 @@
+"""A scripted stand-in for a worker process: a real DEALER speaking the real messages, so the
+gateway's Fleet is tested over real ZeroMQ without loading a model."""
+from __future__ import annotations
+
+import asyncio
+
+import zmq
+import zmq.asyncio
+
+from shared.messages import Heartbeat, Message, Ping, Ready, Result, Score, decode, encode
+
+
+class FakeWorker:
+    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, worker_id: str, *, pid: int = 100,
+                 cores: tuple[int, ...] = (0,), keys=None) -> None:
+        self.worker_id, self.pid, self.cores = worker_id, pid, list(cores)
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt_string(zmq.IDENTITY, worker_id)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if keys is not None:
+            keys.apply(self.sock)
+        self.sock.connect(endpoint)
+        self.snapshot_keys: list[str] = []
+        self._beat: asyncio.Task | None = None
+
+    def status(self, kind: type[Ready] = Heartbeat, **extra) -> Ready:
+        return kind(worker_id=self.worker_id, pid=self.pid, cores=self.cores, model="m", model_sha256="sha",
+                    fingerprint="fp", snapshot_keys=self.snapshot_keys, **extra)
+
+    async def send(self, msg: Message) -> None:
+        await self.sock.send(encode(msg))
+
+    async def start(self, beat_s: float = 0.05) -> FakeWorker:
+        """Say READY, then heartbeat until stop_beating()."""
+        await self.send(self.status(Ready))
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(beat_s)
+                await self.send(self.status())
+
+        self._beat = asyncio.create_task(beat())
+        return self
+
+    def stop_beating(self) -> None:
+        if self._beat is not None:
+            self._beat.cancel()
+
+    async def recv(self, timeout: float = 3.0) -> Message:
+        """The next message other than a Ping."""
+        async with asyncio.timeout(timeout):
+            while True:
+                msg = decode(await self.sock.recv())
+                if not isinstance(msg, Ping):
+                    return msg
+
+    async def nothing_for(self, seconds: float) -> bool:
+        try:
+            await self.recv(seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    async def answer(self, score: Score, margin: float = 1.0, read: int = 100, run_ms: float = 100.0) -> None:
+        await self.send(Result(request_id=score.request_id, margins=[margin] * len(score.suffixes), queue_ms=0.0,
+                               run_ms=run_ms, batch_requests=1, read_tokens=read))
+
+    def close(self) -> None:
+        self.stop_beating()
+        self.sock.close(linger=0)

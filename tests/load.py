@@ -1,0 +1,93 @@
+"""Client-side load for black-box tests and bench/scaling.py: decision payloads, a closed loop
+of client threads (each sends its next request when the previous one is answered), and
+what /health and /proc say about the fleet."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tests.fleet import Fleet, http
+
+QUESTION = "Does the customer want a refund?"
+
+
+def decision(state: str, question: str = QUESTION) -> dict:
+    return {"model": "jev-latest", "state": state, "questions": {"q": {"type": "noul", "instructions": question}}}
+
+
+def states(n: int, tag: str = "", words: int = 0) -> list[str]:
+    """n distinct short customer messages; `words` pads each with a long account of the case."""
+    pad = " ".join(f"Earlier, on visit {k}, the customer described the delivery and the packaging in detail."
+                   for k in range(words // 14))
+    return [f"{tag}Ticket {i}: order #{1000 + i} arrived {['late', 'broken', 'early', 'twice'][i % 4]} "
+            f"and the customer {['asks for money back', 'is happy', 'wants a new one', 'is angry'][i % 3]}. "
+            + pad for i in range(n)]
+
+
+@dataclass
+class Outcome:
+    index: int  # which payload
+    status: int  # 0: the connection failed
+    body: dict
+    headers: dict
+    started: float  # time.monotonic()
+    ended: float
+
+
+def post(url: str, payload: dict, index: int = 0, timeout: float = 90) -> Outcome:
+    started = time.monotonic()
+    try:
+        status, headers, raw = http("POST", url + "/v1/systemone", json.dumps(payload).encode(),
+                                    {"Content-Type": "application/json"}, timeout=timeout)
+        body = json.loads(raw)
+    except OSError as exc:  # reset, refused, timed out
+        status, headers, body = 0, {}, {"error": repr(exc)}
+    return Outcome(index, status, body, headers, started, time.monotonic())
+
+
+def closed_loop(url: str, payloads: list[dict], clients: int, stop: threading.Event) -> list[Outcome]:
+    """`clients` threads, each cycling through `payloads` (from its own offset) until `stop`."""
+    outcomes: list[Outcome] = []
+
+    def client(offset: int) -> None:
+        i = offset
+        while not stop.is_set():
+            outcomes.append(post(url, payloads[i % len(payloads)], i % len(payloads)))
+            i += 1
+
+    with ThreadPoolExecutor(clients) as pool:
+        for c in range(clients):
+            pool.submit(client, c * len(payloads) // clients)
+    return outcomes
+
+
+def noul(outcome: Outcome) -> float:
+    return outcome.body["answers"]["q"]["noul"]
+
+
+def workers(fleet: Fleet) -> dict[str, dict]:
+    """/health's workers by id."""
+    return {w["id"]: w for w in fleet.health()[1].get("workers", [])}
+
+
+def served_by(fleet: Fleet) -> dict[str, int]:
+    return {wid: w["served"] for wid, w in workers(fleet).items()}
+
+
+def rss_kb(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise ValueError(f"no VmRSS for pid {pid}")
+
+
+def program_pid(fleet: Fleet, name: str) -> int:
+    return int(fleet.supervisorctl("pid", name).strip())
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")

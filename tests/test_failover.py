@@ -1,0 +1,98 @@
+"""Black-box: processes of a real fleet killed and stopped under load. A SIGKILLed worker loses
+no request and comes back; a SIGTERMed gateway finishes what it accepted and exits 0."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.fleet import Fleet, start_fleet
+from tests.load import closed_loop, decision, noul, post, served_by, states, workers
+
+pytestmark = pytest.mark.fleet
+
+
+@pytest.fixture(scope="module")
+def duo(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
+    # A long deadline: these tests assert that nothing is lost, and a machine busy with other
+    # work must not turn slowness into 503s.
+    f = start_fleet(tmp_path_factory.mktemp("duo"), workers=2,
+                    extra=["--cores-per-worker", "1", "--deadline-s", "120"])
+    yield f
+    assert f.stop() == 0, f.logs()
+
+
+def test_sigkill_of_a_worker_under_load_loses_no_request_and_it_comes_back(duo):
+    payloads = [decision(s) for s in states(8, tag="kill ")]
+    with ThreadPoolExecutor(2) as pool:  # the quiet fleet's answers (deterministic mode: bit-identical)
+        reference = [noul(o) for o in pool.map(lambda p: post(duo.url, p), payloads)]
+    victim = sorted(workers(duo))[1]
+    old_pid = workers(duo)[victim]["pid"]
+    served_before = served_by(duo)
+
+    stop, outcomes = threading.Event(), []
+    loader = threading.Thread(target=lambda: outcomes.extend(closed_loop(duo.url, payloads, 4, stop)))
+    loader.start()
+    try:
+        duo.wait_for(lambda h: all(w["served"] > served_before[w["id"]] and w["queued_requests"] >= 1
+                                   for w in h["workers"]), "both workers busy")
+        killed_at = time.monotonic()
+        os.kill(old_pid, signal.SIGKILL)  # a child of the supervisord this test started
+        duo.wait_for(lambda h: by_id(h)[victim]["state"] == "up" and by_id(h)[victim]["pid"] != old_pid,
+                     "restarted worker registered", timeout=180)
+        back_at = time.monotonic()
+        duo.wait_for(lambda h: by_id(h)[victim]["served"] >= 1, "restarted worker serving")
+    finally:
+        stop.set()
+        loader.join()
+
+    assert len(outcomes) > len(payloads)
+    wrong = [(o.index, o.status, o.body) for o in outcomes if o.status != 200 or noul(o) != reference[o.index]]
+    assert not wrong, wrong[:3]
+    assert duo.health()[1]["fleet"]["resent"] >= 1  # the victim did hold requests
+    in_flight = [o for o in outcomes if o.started < killed_at < o.ended]
+    reserved = re.findall(r"re-served (\d+) ms after", (duo.run_dir / "gateway.log").read_text())
+    print(f"\nSIGKILL under load: {len(outcomes)} requests, 0 lost; in flight at the kill all answered "
+          f"{(max(o.ended for o in in_flight) - killed_at) * 1000:.0f} ms after it; gateway: resent requests "
+          f"answered {max(map(int, reserved), default=-1)} ms after the loss was detected; "
+          f"worker back in service after {back_at - killed_at:.1f} s")
+
+
+def by_id(health: dict) -> dict[str, dict]:
+    return {w["id"]: w for w in health["workers"]}
+
+
+def refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return False
+    except OSError:
+        return True
+
+
+def test_sigterm_to_the_gateway_finishes_in_flight_requests_and_exits_0(duo):
+    pids = {w["id"]: w["pid"] for w in workers(duo).values()}
+    payloads = [decision(s) for s in states(4, tag="last ")]
+    with ThreadPoolExecutor(4) as pool:
+        running = [pool.submit(post, duo.url, p) for p in payloads]
+        duo.wait_for(lambda h: h["fleet"]["inflight"] == 4, "requests in flight")
+        stopper = threading.Thread(target=duo.supervisorctl, args=("stop", "gateway"))
+        stopper.start()
+        deadline = time.monotonic() + 30
+        while not refuses_connections(duo.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert refuses_connections(duo.port) and not all(f.done() for f in running)  # closed, still finishing
+        assert [f.result().status for f in running] == [200] * 4
+        stopper.join()
+    assert "stopped: gateway (exit status 0)" in (duo.run_dir / "supervisord.log").read_text()
+
+    duo.supervisorctl("start", "gateway")  # the workers were never restarted: they register again
+    health = duo.wait_for(lambda h: h.get("status") == "ready", "ready again")
+    assert {w["id"]: w["pid"] for w in health["workers"]} == pids
+    assert post(duo.url, decision(states(1, tag="after ")[0])).status == 200

@@ -1,0 +1,114 @@
+"""The worker process's protocol — register, drain on SIGTERM, exit codes — run as a real
+process with a stand-in engine (no model), talking to a ROUTER played by the test."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import zmq
+
+from shared.messages import Drain, Error, Heartbeat, Ready, Result, Score, decode, encode
+from tests.fleet import ROOT
+
+WORKER = """
+import sys, time
+import worker.process as wp
+from shared.config import load_settings
+
+class NoCache:
+    keys = ()
+    def stats(self): return {}
+
+class SlowEngine:
+    max_batch_requests = 8
+    cache = NoCache()
+    def new_tokens(self, job, earlier):
+        return len(job.prefix) + sum(map(len, job.suffixes))
+    def run(self, jobs):
+        if any(job.prefix[0] == 666 for job in jobs):
+            raise SystemExit("the engine thread dies")  # not an Exception: the thread ends
+        time.sleep(1.5)
+        for job in jobs:
+            job.margins = [1.0] * len(job.suffixes)
+        return sum(len(job.prefix) for job in jobs)
+
+wp.build_engine = lambda *args: SlowEngine()
+wp.resolve_model = lambda *args: None
+wp.file_sha256 = lambda path: "0" * 64
+wp.startup_warmup = lambda *args: None
+settings = load_settings({"endpoint": sys.argv[1], "heartbeat_s": 0.1, "cores_per_worker": 1, "warmup": 0},
+                         environ={})
+sys.exit(wp.run_worker_process(settings, index=0, worker_id="fake"))
+"""
+
+
+def score(rid: str, first_token: int = 1) -> Score:
+    # 300 tokens: more than half the 384-token budget, so each request is a batch of its own
+    return Score(request_id=rid, prefix=[first_token] * 300, suffixes=[[5]], yes_ids=[8], no_ids=[9],
+                 deadline=time.time() + 60)
+
+
+@pytest.fixture
+def router(tmp_path):
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    endpoint = f"ipc://{tmp_path}/w.ipc"
+    sock.bind(endpoint)
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, endpoint], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield sock, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        sock.close()
+        ctx.term()
+
+
+def receive(sock: zmq.Socket, until, timeout: float = 20.0) -> list:
+    """Messages from the worker until until(msg) holds for one of them."""
+    got, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sock.poll(100):
+            got.append(decode(sock.recv_multipart()[-1]))
+            if until(got[-1]):
+                return got
+    raise AssertionError(f"worker never sent the awaited message; got {got[-5:]}")
+
+
+def test_sigterm_hands_the_queue_back_finishes_the_batch_and_exits_0(router):
+    sock, proc = router
+    ident = b"fake"
+    receive(sock, lambda m: isinstance(m, Ready))
+    for rid in ("r1", "r2", "r3"):
+        sock.send_multipart([ident, encode(score(rid))])
+    # r1 running (counted in requests only), r2 and r3 queued (2 × 301 tokens)
+    receive(sock, lambda m: isinstance(m, Heartbeat) and (m.queued_requests, m.queued_tokens) == (3, 602))
+    proc.send_signal(signal.SIGTERM)
+    (drain,) = [m for m in receive(sock, lambda m: isinstance(m, Drain)) if isinstance(m, Drain)]
+    assert drain.request_ids == ["r2", "r3"]  # r1 is running and will be answered
+    sock.send_multipart([ident, encode(score("late"))])
+    rest = receive(sock, lambda m: isinstance(m, Result))
+    assert Error(request_id="late", code="draining", message="worker is stopping") in rest
+    assert rest[-1].request_id == "r1"
+    assert any(isinstance(m, Heartbeat) and m.draining for m in rest)
+    assert proc.wait(timeout=20) == 0, proc.stdout.read()
+
+
+def test_a_dead_engine_thread_exits_non_zero_so_supervisord_restarts_it(router):
+    sock, proc = router
+    receive(sock, lambda m: isinstance(m, Ready))
+    sock.send_multipart([b"fake", encode(score("boom", first_token=666))])
+    assert proc.wait(timeout=20) == 1
+    assert "scheduler thread died" in proc.stdout.read()
+
+
+def test_a_worker_that_cannot_start_exits_non_zero():
+    out = subprocess.run([sys.executable, "-m", "jevfleet", "worker", "--cores", "4096"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "are not available" in out.stderr

@@ -1,0 +1,120 @@
+"""Black-box: a worker on "another host" — its own network namespace, joined to the gateway's
+by a veth pair — connects over tcp:// with CURVE keys and serves requests.
+
+The test creates both namespaces and the pair, and removes them; it is skipped, saying why,
+where it may not (no root, no `ip`, no namespace support). The private addresses it uses
+exist only inside those namespaces.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from shared.curve import make_keys
+from tests.fleet import ROOT
+from tests.load import decision
+
+pytestmark = pytest.mark.fleet
+
+TAG = os.getpid() % 100000
+GW_NS, WK_NS = f"jevgw{TAG}", f"jevwk{TAG}"
+GW_IF, WK_IF = f"jvg{TAG}", f"jvw{TAG}"
+GW_ADDR, WK_ADDR = "10.213.7.1", "10.213.7.2"
+ZMQ_PORT = 5557
+
+CLIENT = """
+import json, sys, time, urllib.request, urllib.error
+url, payload = sys.argv[1], sys.argv[2].encode()
+deadline, health = time.monotonic() + 180, {}
+while time.monotonic() < deadline:
+    try:
+        health = json.load(urllib.request.urlopen(url + "/health", timeout=5))
+        if health.get("status") == "ready":
+            break
+    except (OSError, ValueError):
+        pass
+    time.sleep(0.2)
+req = urllib.request.Request(url + "/v1/systemone", data=payload, headers={"Content-Type": "application/json"})
+try:
+    resp = urllib.request.urlopen(req, timeout=120)
+    status, body = resp.status, json.load(resp)
+except urllib.error.HTTPError as err:
+    status, body = err.code, err.read().decode()
+print(json.dumps({"health": health, "status": status, "body": body}))
+"""
+
+
+def sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces linked by a veth pair: GW_ADDR in one, WK_ADDR in the other."""
+    if os.geteuid() != 0:
+        pytest.skip("creating network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)")
+    if shutil.which("ip") is None:
+        pytest.skip("the `ip` command (iproute2) is not installed")
+    try:
+        for ns in (GW_NS, WK_NS):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "link", "add", GW_IF, "netns", GW_NS, "type", "veth", "peer", "name", WK_IF, "netns", WK_NS)
+        for ns, ifname, addr in ((GW_NS, GW_IF, GW_ADDR), (WK_NS, WK_IF, WK_ADDR)):
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", ifname)
+            sh("ip", "-n", ns, "link", "set", ifname, "up")
+    except subprocess.CalledProcessError as exc:
+        for ns in (GW_NS, WK_NS):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        pytest.skip(f"cannot set up network namespaces here: {' '.join(exc.cmd)}: {exc.stderr.strip()}")
+    try:
+        yield
+    finally:
+        for ns in (GW_NS, WK_NS):  # deleting a namespace deletes its end of the pair, and so the pair
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def in_ns(ns: str, *args: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, sys.executable, *args]
+
+
+def test_a_worker_on_another_host_serves_over_curve(two_hosts, tmp_path):
+    keys = tmp_path / "keys"
+    make_keys(keys)
+    endpoint = f"tcp://{GW_ADDR}:{ZMQ_PORT}"
+    gateway = subprocess.Popen(
+        in_ns(GW_NS, "-m", "jevfleet", "gateway", "--port", "8017", "--workers", "1", "--endpoint", endpoint,
+              "--run-dir", str(tmp_path / "gw"), "--curve-key", str(keys / "gateway.key_secret"),
+              "--curve-clients", str(keys / "workers")),
+        cwd=ROOT, stdout=open(tmp_path / "gateway.log", "w"), stderr=subprocess.STDOUT)
+    worker = subprocess.Popen(
+        in_ns(WK_NS, "-m", "jevfleet", "worker", "--id", "remote-w00", "--endpoint", endpoint,
+              "--run-dir", str(tmp_path / "wk"), "--cores-per-worker", "1",
+              "--curve-key", str(keys / "workers" / "worker-00.key_secret"),
+              "--curve-server-key", str(keys / "gateway.key")),
+        cwd=ROOT, stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        out = subprocess.run(in_ns(GW_NS, "-c", CLIENT, "http://127.0.0.1:8017",
+                                   json.dumps(decision("I was charged twice for one order."))),
+                             capture_output=True, text=True, timeout=300)
+        logs = "".join(f"\n--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(tmp_path.glob("*.log")))
+        assert out.returncode == 0, out.stderr + logs
+        seen = json.loads(out.stdout)
+        (remote,) = seen["health"]["workers"]
+        assert remote["id"] == "remote-w00" and remote["state"] == "up", logs
+        assert seen["status"] == 200 and 0.0 <= seen["body"]["answers"]["q"]["noul"] <= 1.0, seen
+        assert "(CURVE)" in (tmp_path / "worker.log").read_text()
+        for proc in (worker, gateway):  # SIGTERM: drain and exit 0, remote or not
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, logs
+    finally:
+        for proc in (worker, gateway):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
