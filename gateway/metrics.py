@@ -34,12 +34,15 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         workers = list(self.workers())
-        up = GaugeMetricFamily("jevfleet_worker_up", "1 while the worker heartbeats, 0 once it is taken out",
+        up = GaugeMetricFamily("jevfleet_worker_up", "1 while the worker takes requests, 0 draining or down",
                                labels=["worker"])
         queued_tokens = GaugeMetricFamily("jevfleet_worker_queued_tokens",
                                           "Tokens sent to the worker and not yet answered", labels=["worker"])
         queued_requests = GaugeMetricFamily("jevfleet_worker_queued_requests",
                                             "Requests sent to the worker and not yet answered", labels=["worker"])
+        rate = GaugeMetricFamily("jevfleet_worker_tokens_per_second",
+                                 "The worker's reading rate as the gateway measures it (moving average)",
+                                 labels=["worker"])
         scheduler = CounterMetricFamily("jevfleet_worker_scheduler",
                                         "Scheduler counters the worker reports (batches, requests, tokens_read, "
                                         "expired, ...), by counter name", labels=["worker", "counter"])
@@ -56,6 +59,7 @@ class FleetCollector(Collector):
             up.add_metric([wid], 1.0 if w.up else 0.0)
             queued_tokens.add_metric([wid], w.queued_tokens)
             queued_requests.add_metric([wid], w.queued_requests)
+            rate.add_metric([wid], w.tokens_per_s)
             stats = w.stats if isinstance(w.stats, Mapping) else {}
             for name, value in numbers(stats):
                 scheduler.add_metric([wid, name], value)
@@ -71,7 +75,7 @@ class FleetCollector(Collector):
                 snapshot.add_metric([wid, name], value)
         yield GaugeMetricFamily("jevfleet_workers_up", "Workers heartbeating now",
                                 value=sum(1 for w in workers if w.up))
-        yield from (up, queued_tokens, queued_requests, scheduler, hits, misses, ratio, snapshot)
+        yield from (up, queued_tokens, queued_requests, rate, scheduler, hits, misses, ratio, snapshot)
 
 
 def numbers(stats: Mapping[str, Any]) -> Iterator[tuple[str, float]]:

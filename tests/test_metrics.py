@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.fleet import WorkerState
 from gateway.metrics import Metrics
+from gateway.routing import PrefixMemory
 from tests.fleet import Fleet, http, post_json
 
 
@@ -25,16 +26,16 @@ def sample(fams: dict, family: str, series: str | None = None, **labels) -> floa
     return found[0]
 
 
-def worker(worker_id: str, stats: object, up: bool = True) -> WorkerState:
+def worker(worker_id: str, stats: object, state: str = "up") -> WorkerState:
     return WorkerState(worker_id=worker_id, identity=b"", pid=1, cores=[0], model="m", model_sha256="",
-                       fingerprint="", last_seen=time.monotonic(), up=up, stats=stats)
+                       fingerprint="", last_seen=time.monotonic(), memory=PrefixMemory(), state=state, stats=stats)
 
 
 def test_worker_stats_are_exported_and_odd_stats_are_skipped():
     workers = {
         "a": worker("a", {"batches": 3, "requests": 7, "note": "text", "flag": True,
                           "state_snapshots": {"hits": 6, "misses": 2, "kept": 4, "bytes": 1024, "keys": ["x"]}}),
-        "b": worker("b", {"batches": 1, "state_snapshots": "not a dict"}, up=False),
+        "b": worker("b", {"batches": 1, "state_snapshots": "not a dict"}, state="draining"),
         "c": worker("c", None),  # a worker of another version: no stats at all
     }
     fams = families(Metrics(SimpleNamespace(workers=workers)).exposition().decode())
@@ -51,6 +52,7 @@ def test_worker_stats_are_exported_and_odd_stats_are_skipped():
     assert sample(fams, "jevfleet_snapshot", worker="a", name="bytes") == 1024
     assert not [s for s in fams["jevfleet_snapshot_hits"].samples if s.labels["worker"] != "a"]
     assert sample(fams, "jevfleet_worker_queued_tokens", worker="c") == 0
+    assert sample(fams, "jevfleet_worker_tokens_per_second", worker="c") > 0
 
 
 def test_server_timing_phases_become_histograms():
