@@ -60,8 +60,7 @@ def ensure_llama_server(cache: Path) -> Path:
         _run(["nice", "-n", "19", "cmake", "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS], log)
         _run(["nice", "-n", "19", "cmake", "--build", str(build), "--target", "llama-server", "-j", str(JOBS)],
              log, progress=True)
-        built = next(p for p in build.rglob("llama-server") if p.is_file())
-        shutil.copy2(built, target)
+        shutil.copy2(build / "bin" / "llama-server", target)
     print(f"llama-server ready: {target}", flush=True)
     return target
 
