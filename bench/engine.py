@@ -4,19 +4,22 @@
 
 Prints one table, every figure measured in this run. Parts that need a process of their own
 (a first request after loading, memory, fast mode) run in a child process. Times are medians
-of --reps repetitions, in milliseconds; the requests come from bench/workloads.json (copies of
-the project's W2/W3 decision workloads). Not run by the tests.
+of --reps repetitions, in milliseconds of wall time with the process's CPU time beside them;
+the requests come from bench/workloads.json (copies of the project's W2/W3 decision workloads).
+Not run by the tests.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -53,18 +56,37 @@ def new_engine(*, mode: str = "deterministic", cache: int = 16, cache_tokens: in
     return engine
 
 
-def ms(fn: Callable[[], object]) -> float:
-    t = time.perf_counter()
+@dataclass(frozen=True)
+class Took:
+    """Wall time, and the CPU time of the whole process (all llama.cpp threads): on a shared
+    machine the second says what the work costs when the first is inflated by waiting."""
+
+    wall: float
+    cpu: float
+
+    def __str__(self) -> str:
+        return f"{self.wall:.0f} ms (cpu {self.cpu:.0f})"
+
+    def __sub__(self, other: Took) -> Took:
+        return Took(self.wall - other.wall, self.cpu - other.cpu)
+
+    def times(self, other: Took) -> str:
+        """How many times longer self takes than other."""
+        return f"{self.wall / other.wall:.2f}x (cpu {self.cpu / other.cpu:.2f}x)"
+
+
+def ms(fn: Callable[[], object]) -> Took:
+    wall, cpu = time.perf_counter(), time.process_time()
     fn()
-    return (time.perf_counter() - t) * 1000
+    return Took((time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000)
 
 
-def median_ms(fn: Callable[[], object], reps: int, before: Callable[[], object] = lambda: None) -> float:
-    times = []
+def median_ms(fn: Callable[[], object], reps: int, before: Callable[[], object] = lambda: None) -> Took:
+    runs = []
     for _ in range(reps):
         before()
-        times.append(ms(fn))
-    return statistics.median(times)
+        runs.append(ms(fn))
+    return Took(statistics.median(r.wall for r in runs), statistics.median(r.cpu for r in runs))
 
 
 def sized_job(engine: Engine, profile: Profile, tokens: int, k: int) -> Job:
@@ -95,7 +117,7 @@ def part_batching(reps: int) -> list[Row]:
         together = median_ms(lambda: engine.run(batch), reps)
         apart = median_ms(lambda: [engine.run([job]) for job in batch], reps)
         rows.append(("1 batching", f"{count}x{size} tokens: one call / separate calls",
-                     f"{together:.0f} / {apart:.0f} ms = {apart / together:.2f}x"))
+                     f"{together} / {apart} = {apart.times(together)}"))
     engine.close()
     return rows
 
@@ -119,18 +141,18 @@ def part_snapshots(reps: int) -> list[Row]:
     cold = median_ms(lambda: cached.run([job(cached, next(k))]), reps, before=cached.cache.clear)
     cached.run([job(cached, 0)])
     warm = median_ms(lambda: cached.run([job(cached, 0)]), reps)
-    rows += [("2 snapshots", "1 request x 4 questions: no cache", f"{none:.0f} ms"),
-             ("2 snapshots", "  cold cache (preamble pinned)", f"{cold:.0f} ms = {none / cold:.1f}x"),
-             ("2 snapshots", "  warm cache (state kept)", f"{warm:.0f} ms = {none / warm:.1f}x")]
+    rows += [("2 snapshots", "1 request x 4 questions: no cache", f"{none}"),
+             ("2 snapshots", "  cold cache (preamble pinned): faster by", f"{cold} = {none.times(cold)}"),
+             ("2 snapshots", "  warm cache (state kept): faster by", f"{warm} = {none.times(warm)}")]
     one_q = lambda e, q: make_job(e, profile, states[0], [q])
     none4 = median_ms(lambda: [plain.run([one_q(plain, q)]) for q in questions], reps)
     warm4 = median_ms(lambda: [cached.run([one_q(cached, q)]) for q in questions], reps)
     rows += [("2 snapshots", "4 requests x 1 question: no cache / warm",
-              f"{none4:.0f} / {warm4:.0f} ms = {none4 / warm4:.1f}x")]
+              f"{none4} / {warm4} = {none4.times(warm4)}")]
     # a hit whose snapshot must first move back into position order (after an eviction below it)
     cached.run([job(cached, 0)])
     moved = median_ms(lambda: cached.run([job(cached, 0)]), reps, before=cached.cache.lost_placement)
-    rows += [("2 snapshots", "  warm, snapshot relocated first", f"{moved:.0f} ms (+{moved - warm:.1f} ms)")]
+    rows += [("2 snapshots", "  warm, the snapshot relocated first", f"{moved}, {moved - warm} more")]
     s = cached.cache.stats()
     rows += [("2 snapshots", "counters after the runs",
               f"hits {s['hits']} misses {s['misses']} reused {s['reused_tokens']} relocations {s['relocations']}")]
@@ -146,19 +168,20 @@ def part_first_request(warmup: str) -> list[Row]:
     t0 = time.perf_counter()
     engine = new_engine()
     loaded = (time.perf_counter() - t0) * 1000
-    spent = 0.0
+    spent = Took(0, 0)
     if warmup in ("startup", "full"):
-        spent += ms(lambda: startup_warmup(engine, profile))
+        spent = ms(lambda: startup_warmup(engine, profile))
     if warmup == "full":
         idle = IdleWarmup(engine, max_length=384, stop=lambda: False)
-        spent += ms(lambda: [None for _ in iter(idle, False)])
+        rest = ms(lambda: [None for _ in iter(idle, False)])
+        spent = Took(spent.wall + rest.wall, spent.cpu + rest.cpu)
     keep = len(engine.cache.entries[0].tokens)
     jobs = [with_prefix_length(make_job(engine, profile, item["state"], [WORKLOADS["W3"]["questions"][0]]),
                                keep + 45, keep) for item in WORKLOADS["W2"][5:7]]
     first = ms(lambda: engine.run(jobs[:1]))
     again = ms(lambda: engine.run(jobs[1:]))  # same lengths, another state: its shapes have run
     return [("3 warmup", f"{warmup}: load / warmup / 1st request / 2nd of that length",
-             f"{loaded:.0f} / {spent:.0f} / {first:.0f} / {again:.0f} ms")]
+             f"{loaded:.0f} ms / {spent} / {first} / {again}")]
 
 
 def part_during_idle(reps: int) -> list[Row]:
@@ -205,7 +228,7 @@ def part_during_idle(reps: int) -> list[Row]:
     idle_ms = statistics.median(latency(False) for _ in range(reps))
     warm_ms = statistics.median(latency(True) for _ in range(reps))
     return [("3 warmup", "request on an idle engine / arriving during a warm call",
-             f"{idle_ms:.0f} / {warm_ms:.0f} ms (+{warm_ms - idle_ms:.1f} ms)")]
+             f"{idle_ms:.0f} / {warm_ms:.0f} ms ({warm_ms - idle_ms:+.1f} ms)")]
 
 
 # --- (4) memory (child process) ----------------------------------------------------------------
@@ -234,7 +257,7 @@ def part_memory(cache: bool, fill: int) -> list[Row]:
             ("4 memory", "filled with: kept / tokens / KV bytes",
              f"{s['kept']} / {s['tokens']} / {s['bytes'] / 2**20:.0f} MB"),
             ("4 memory", "warm 4-question request, cache nearly empty / filled",
-             f"{warm_empty:.0f} / {warm_full:.0f} ms")]
+             f"{warm_empty} / {warm_full}")]
 
 
 # --- (5) deterministic vs fast (child process per mode) ----------------------------------------
@@ -251,8 +274,36 @@ def part_mode(mode: str, reps: int) -> list[Row]:
     warm_job = lambda: make_job(engine, profile, item["states"][0], item["questions"][:4])
     engine.run([warm_job()])
     warm = median_ms(lambda: engine.run([warm_job()]), reps)
-    return [("5 modes", f"{mode}: 384-token read / 8x32 batch / warm 4 questions",
-             f"{prefill:.0f} / {batch:.0f} / {warm:.0f} ms")]
+    return [("5 modes", f"{mode}: 384-token read / 8x32 batch / warm 4 questions", f"{prefill} / {batch} / {warm}"),
+            ("5 modes", f"{mode}: largest P(yes) change across paths", path_deviation(engine, profile))]
+
+
+def path_deviation(engine: Engine, profile: Profile) -> str:
+    """The same questions answered from a fresh read (no snapshots at all), then cold, warm and
+    inside batches on `engine`: the largest difference in P(yes) from the fresh read."""
+    states, questions = WORKLOADS["W3"]["states"][1:3], WORKLOADS["W3"]["questions"][4:7]
+    plain = new_engine(mode="deterministic" if engine.deterministic else "fast", cache=0, pin=False)
+    fresh = {}
+    for state in states:
+        job = make_job(plain, profile, state, questions)
+        plain.run([job])
+        fresh.update({(state, q): m for q, m in zip(questions, job.margins)})
+    plain.close()
+    engine.cache.clear()
+    worst = 0.0
+    batches = [[(states[0], questions)], [(states[0], questions)], [(states[1], questions[:1])],
+               [(states[1], questions[1:]), (states[0], questions[2:]), (states[1], questions[:1])]]
+    for batch in batches:  # cold, warm, cold and batched, warm and batched
+        jobs = [make_job(engine, profile, state, qs) for state, qs in batch]
+        engine.run(jobs)
+        for (state, qs), job in zip(batch, jobs):
+            for q, m in zip(qs, job.margins):
+                worst = max(worst, abs(sigmoid(m) - sigmoid(fresh[(state, q)])))
+    return f"{worst:.2g}" if worst else "0 (bit-identical)"
+
+
+def sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
 
 
 PARTS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {

@@ -132,13 +132,12 @@ async def health(request: web.Request) -> web.Response:
     up = [w for w in workers if w.up]
     status = "ready" if len(up) >= settings.worker_count else "degraded" if up else "starting"
     snapshots = {w.worker_id: w.stats.get("state_snapshots", {}) for w in up}
+    counters = sorted({k for s in snapshots.values() for k in s})
     engine = {
         "batched_requests": sum(int(w.stats.get("batched_requests", 0)) for w in up),
         # counters summed over live workers, and each worker's own under "workers"
-        "state_snapshots": {
-            **{k: sum(int(s.get(k, 0)) for s in snapshots.values()) for k in sorted({k for s in snapshots.values() for k in s})},
-            "workers": snapshots,
-        },
+        "state_snapshots": {**{k: sum(int(s.get(k, 0)) for s in snapshots.values()) for k in counters},
+                            "workers": snapshots},
     }
     path = app[MODEL_FILE]
     fingerprints = sorted({w.fingerprint for w in up})

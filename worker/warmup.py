@@ -15,6 +15,7 @@ from shared.profiles import Profile
 from worker.engine import Engine, Job
 
 IDLE_GRACE_S = 0.5  # empty-queue time before idle warmup starts
+WARM_ROWS = 32  # longest warm call: every deterministic-mode shape; fast mode's longer ones are skipped
 
 
 def make_job(engine: Engine, profile: Profile, state: str, questions: list[str]) -> Job:
@@ -37,13 +38,15 @@ def startup_warmup(engine: Engine, profile: Profile) -> None:
 
 
 class IdleWarmup:
-    """The scheduler's idle hook: one warm call per invocation, for the next decode shape that
-    a prompt of 1..max_length new tokens would use and that has not run yet."""
+    """The scheduler's idle hook: one short warm call per invocation, for the next decode shape
+    (rows per llama_decode, at most WARM_ROWS) that a prompt of 1..max_length new tokens would
+    use and that has not run yet."""
 
     def __init__(self, engine: Engine, *, max_length: int, stop: Callable[[], bool]) -> None:
         self.engine = engine
         self.stop = stop
-        self.shapes = sorted({rows for n in range(1, max_length + 1) for rows in engine.decode_shapes(n)})
+        self.shapes = sorted({rows for n in range(1, max_length + 1) for rows in engine.decode_shapes(n)
+                              if rows <= WARM_ROWS})
         self.calls = 0
         self.aborted = 0
 
