@@ -77,7 +77,7 @@ def variants(base: Profile) -> dict[str, dict]:
         "16-shot": dict(preamble=shots(PLAIN, SHOTS16), prefix=PLAIN[0], suffix=PLAIN[1]),
         "16-shot+instruct": dict(preamble=HEADER + shots(PLAIN, SHOTS16), prefix=PLAIN[0], suffix=PLAIN[1]),
         "16-shot+evidence": dict(preamble=shots(EVIDENCE, SHOTS16), prefix=EVIDENCE[0], suffix=EVIDENCE[1]),
-        "base, Yes/No only": dict(yes=(" Yes",), no=(" No",)),
+        "base Yes/No only": dict(yes=(" Yes",), no=(" No",)),
     }
 
 
@@ -91,9 +91,14 @@ def main() -> int:
     base = load_profile(settings.profile)
     items = load_set("eval/yesno.jsonl", "fit")[: args.limit or None]
     runner = LocalRunner(base, resolve_model(base, settings.cache_path, settings.model), threads=settings.threads)
-    rows = []
     chosen = variants(base)
-    names = args.only.split(",") if args.only else list(chosen)
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(chosen)
+    unknown = [n for n in names if n not in chosen]
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; known: {', '.join(chosen)}")
+    print(f"fit half of eval/yesno.jsonl ({len(items)} items), profile {base.name}", flush=True)
+    print("| variant | accuracy | Brier | ECE | AUC | Brier (Platt) | acc (Platt) | preamble tokens | s |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for name in names:
         runner.use_profile(dataclasses.replace(base, scale=1.0, bias=0.0, **chosen[name]))
         start = time.monotonic()
@@ -103,14 +108,10 @@ def main() -> int:
         y = np.array([o.answer == 0 for o in outcomes])
         scale, bias = fit_platt(m, y)
         cal = summarize(name, recalibrated(runner.profile, outcomes, scale, bias))
-        rows.append((name, raw.accuracy, raw.brier, raw.ece, auc(m, y), cal.brier, cal.accuracy,
-                     len(runner.preamble), time.monotonic() - start))
-        print(f"{name}: done in {rows[-1][-1]:.0f} s" + (f", {len(skipped)} skipped" if skipped else ""), flush=True)
-    print(f"\nfit half of eval/yesno.jsonl ({len(items)} items), profile {base.name}")
-    print(f"| variant | accuracy | Brier | ECE | AUC | Brier (Platt) | acc (Platt) | preamble tokens | s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r[0]} | {r[1]:.3f} | {r[2]:.3f} | {r[3]:.3f} | {r[4]:.3f} | {r[5]:.3f} | {r[6]:.3f} | {r[7]} | {r[8]:.0f} |")
+        note = f" ({len(skipped)} skipped)" if skipped else ""
+        print(f"| {name}{note} | {raw.accuracy:.3f} | {raw.brier:.3f} | {raw.ece:.3f} | {auc(m, y):.3f} | "
+              f"{cal.brier:.3f} | {cal.accuracy:.3f} | {len(runner.preamble)} | {time.monotonic() - start:.0f} |",
+              flush=True)
     return 0
 
 

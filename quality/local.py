@@ -26,7 +26,7 @@ from quality.metrics import Outcome
 from shared.profiles import Profile
 from worker.engine import Engine, Job
 
-CHUNK = 48  # items per engine call: the preamble is read once per chunk
+CHUNK = 90  # items per engine call: the preamble is read once per chunk
 
 
 @dataclass
