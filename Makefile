@@ -68,4 +68,4 @@ bench-scaling: $(STAMP)
 # Compare prompt formats of the default profile on the fit half of eval/yesno.jsonl (docs/quality.md).
 .PHONY: prompt-variants
 prompt-variants: $(STAMP)
-	$(PY) bench/prompt_variants.py $(VARIANT_FLAGS)
+	$(PY) -m bench.prompt_variants $(VARIANT_FLAGS)

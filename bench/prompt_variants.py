@@ -1,6 +1,6 @@
 """Compare prompt formats for a model profile on the FIT half of eval/yesno.jsonl (once each).
 
-    python bench/prompt_variants.py [--profile gemma-3-270m] [--only base,evidence] [--limit N]
+    python -m bench.prompt_variants [--profile gemma-3-270m] [--only base,evidence] [--limit N]
 
 Every variant is the profile with a different preamble / prefix / suffix / answer tokens; the
 model is loaded once. Columns: accuracy, Brier and ECE of the raw P(yes) (scale 1, bias 0, as a
@@ -22,7 +22,6 @@ from quality.items import load_set
 from quality.local import LocalRunner
 from quality.metrics import auc, summarize
 from shared.config import load_settings
-from shared.model_files import resolve_model
 from shared.profiles import Profile, load_profile
 
 # (text, question, answer): one or two per kind of the eval set, answers in no fixed pattern.
@@ -90,7 +89,6 @@ def main() -> int:
     settings = load_settings({"profile": args.profile or None})
     base = load_profile(settings.profile)
     items = load_set("eval/yesno.jsonl", "fit")[: args.limit or None]
-    runner = LocalRunner(base, resolve_model(base, settings.cache_path, settings.model), threads=settings.threads)
     chosen = variants(base)
     names = [n.strip() for n in args.only.split(",")] if args.only else list(chosen)
     unknown = [n for n in names if n not in chosen]
@@ -100,9 +98,11 @@ def main() -> int:
     print("| variant | accuracy | Brier | ECE | AUC | Brier (Platt) | acc (Platt) | preamble tokens | s |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for name in names:
-        runner.use_profile(dataclasses.replace(base, scale=1.0, bias=0.0, **chosen[name]))
         start = time.monotonic()
+        runner = LocalRunner(settings, dataclasses.replace(base, scale=1.0, bias=0.0, **chosen[name]))
         outcomes, skipped = ask_all(runner, items, desc=name)
+        preamble = len(runner.tok.encode(runner.profile.preamble, bos=runner.profile.add_bos))
+        runner.close()
         raw = summarize(name, outcomes)
         m = np.array([o.margin for o in outcomes])
         y = np.array([o.answer == 0 for o in outcomes])
@@ -110,7 +110,7 @@ def main() -> int:
         cal = summarize(name, recalibrated(runner.profile, outcomes, scale, bias))
         note = f" ({len(skipped)} skipped)" if skipped else ""
         print(f"| {name}{note} | {raw.accuracy:.3f} | {raw.brier:.3f} | {raw.ece:.3f} | {auc(m, y):.3f} | "
-              f"{cal.brier:.3f} | {cal.accuracy:.3f} | {len(runner.preamble)} | {time.monotonic() - start:.0f} |",
+              f"{cal.brier:.3f} | {cal.accuracy:.3f} | {preamble} | {time.monotonic() - start:.0f} |",
               flush=True)
     return 0
 

@@ -13,15 +13,6 @@ from quality.items import load_set
 from quality.local import LocalRunner
 from quality.remote import RemoteRunner
 from shared.config import Settings
-from shared.model_files import resolve_model
-from shared.profiles import load_profile
-
-
-def local_runner(settings: Settings) -> LocalRunner:
-    profile = load_profile(settings.profile)
-    path = resolve_model(profile, settings.cache_path, settings.model)
-    return LocalRunner(profile, path, ctx=settings.ctx, threads=settings.threads,
-                       deterministic=settings.mode != "fast")
 
 
 def _finish(report: Report, out: str) -> None:
@@ -33,7 +24,7 @@ def _finish(report: Report, out: str) -> None:
 
 def run_eval(settings: Settings, *, set_path: str, url: str, split: str, out: str) -> int:
     items = load_set(set_path, split)
-    runner = RemoteRunner(url) if url else local_runner(settings)
+    runner = RemoteRunner(url) if url else LocalRunner(settings)
     where = url or f"profile {settings.profile}, in-process"
     try:
         outcomes, skipped = ask_all(runner, items, desc=Path(set_path).name)
@@ -54,7 +45,7 @@ def run_calibrate(settings: Settings, *, set_path: str, out: str, dry_run: bool)
     if not fit_ids or not test_ids:
         print("jevfleet calibrate: the set needs yes/no items in both a fit and a test split", file=sys.stderr)
         return 2
-    runner = local_runner(settings)
+    runner = LocalRunner(settings)
     profile = runner.profile
     try:
         outcomes, skipped = ask_all(runner, [i for i in items if i.id in fit_ids | test_ids], desc="margins")

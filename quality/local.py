@@ -1,91 +1,54 @@
-"""Asking the labeled set in-process: the worker's Engine and the gateway's own rendering,
-tokenizer and answer assembly, without a server.
+"""Asking the labeled set in-process: the gateway's own request path (gateway/pipeline.py:
+validation, prompt rendering, tokenizing, answer assembly) and the worker's engine
+(worker/process.build_engine, the profile's preamble pinned as a snapshot), without a server.
 
-The preamble is the same for every item, so a chunk of items becomes ONE engine job: the
-preamble is the job's prefix (read once) and each item's state + question is a suffix of it.
-That reads what the server would read (tokens are checked to split the same way; an item
-whose tokens would not is asked as a job of its own) and is several times faster than asking
-item by item. Answers do not depend on this: deterministic mode gives the same margins on
-every path (architecture.md).
+Items go to the engine in batches of as many requests as it takes at once; the pinned preamble
+means each item reads only its state and question. Deterministic mode gives the same margins
+on every path (architecture.md), so these are exactly the server's answers — plus the raw
+yes−no margins that calibration needs.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable
 
-from pydantic import ValidationError
-
-from gateway import answers
-from gateway.prompts import Rendered, render
+from gateway import pipeline
+from gateway.errors import ApiError
 from gateway.tokenizer import Tokenizer
-from gateway.wire import DecisionRequest
 from quality.items import QUESTION_ID, Item, Skipped, outcome
 from quality.metrics import Outcome
-from shared.profiles import Profile
-from worker.engine import Engine, Job
-
-CHUNK = 90  # items per engine call: the preamble is read once per chunk
+from shared.config import Settings
+from shared.model_files import resolve_model
+from shared.profiles import Profile, load_profile
+from worker.engine import Job
+from worker.process import build_engine
 
 
 @dataclass
 class _Asked:
     item: Item
-    rendered: Rendered
-    tokens: list[list[int]]  # one token list per job suffix, each continuing `prefix`
-    prefix: list[int]
-    shared: bool  # True: `prefix` is the preamble, shared with the other items of a chunk
-    margins: list[float] = field(default_factory=list)
-
-
-def default_threads() -> int:
-    return len(os.sched_getaffinity(0))
+    prepared: pipeline.Prepared
+    tokens: pipeline.Tokens
 
 
 class LocalRunner:
     """Answers items with a model loaded in this process."""
 
-    def __init__(self, profile: Profile, model_path: Path, *, ctx: int = 8192, threads: int = 0,
-                 deterministic: bool = True) -> None:
-        self.model_path = model_path
-        self.deterministic = deterministic
-        self.engine = Engine(model_path, ctx=ctx, threads=threads or default_threads(), deterministic=deterministic)
-        self.use_profile(profile)
-
-    def use_profile(self, profile: Profile) -> None:
-        """Ask with another profile of the same GGUF (prompt variants) without reloading weights."""
-        self.profile = profile
-        self.tok = Tokenizer(self.model_path, profile, threads=1, deterministic=self.deterministic)
-        self.preamble = self.tok.encode(profile.preamble, bos=profile.add_bos)
+    def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
+        self.settings = settings
+        self.profile = profile or load_profile(settings.profile)
+        path = resolve_model(self.profile, settings.cache_path, settings.model)
+        self.tok = Tokenizer(path, self.profile, threads=1, deterministic=settings.mode == "deterministic")
+        self.engine = build_engine(settings, self.profile, path, settings.threads or len(os.sched_getaffinity(0)))
 
     def _prepare(self, item: Item) -> _Asked | Skipped:
         try:
-            req = DecisionRequest.model_validate(item.request(self.profile.name))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            return Skipped(item.id, f"the gateway refuses it in-process ({first['type']}: {first['msg']}); "
-                                    "ask a server that answers this type with --url")
-        rendered = render(self.profile, req)
-        prefix, suffixes = self.tok.encode_request(rendered.prefix, rendered.suffixes)
-        state = self.tok.encode(rendered.prefix[len(self.profile.preamble):])
-        if rendered.prefix.startswith(self.profile.preamble) and self.preamble + state == prefix:
-            return _Asked(item, rendered, [state + s for s in suffixes], self.preamble, shared=True)
-        return _Asked(item, rendered, suffixes, prefix, shared=False)
-
-    def _run_chunk(self, asked: list[_Asked]) -> None:
-        shared = [a for a in asked if a.shared]
-        own = [a for a in asked if not a.shared]
-        jobs = [Job(prefix=self.preamble, suffixes=[t for a in shared for t in a.tokens],
-                    yes_ids=self.tok.yes_ids, no_ids=self.tok.no_ids)] if shared else []
-        jobs += [Job(prefix=a.prefix, suffixes=a.tokens, yes_ids=self.tok.yes_ids, no_ids=self.tok.no_ids)
-                 for a in own]
-        self.engine.run(jobs)
-        margins = iter(jobs[0].margins if shared else [])
-        for a in shared:
-            a.margins = [next(margins) for _ in a.tokens]
-        for a, job in zip(own, jobs[1:] if shared else jobs):
-            a.margins = job.margins
+            prepared = pipeline.prepare(item.request(self.profile.name), self.profile)
+            tokens = pipeline.tokenize(prepared, self.tok.encode_request, self.settings.ctx)
+        except ApiError as err:
+            return Skipped(item.id, f"HTTP {err}")
+        return _Asked(item, prepared, tokens)
 
     def ask(self, items: list[Item], progress: Callable[[int], None] = lambda n: None) -> list[Outcome | Skipped]:
         """One Outcome (or Skipped) per item, in order; progress(n) after every n items."""
@@ -98,15 +61,19 @@ class LocalRunner:
                 progress(1)
             else:
                 pending.append(prepared)
-        for start in range(0, len(pending), CHUNK):
-            chunk = pending[start:start + CHUNK]
-            self._run_chunk(chunk)
-            for a in chunk:
-                wire = answers.assemble(self.profile, a.rendered, a.margins)[QUESTION_ID].model_dump()
-                margin = a.margins[0] if a.item.type == "noul" else None
-                results[a.item.id] = outcome(a.item, wire, margin)
+        step = self.engine.max_batch_requests
+        for start in range(0, len(pending), step):
+            chunk = pending[start:start + step]
+            jobs = [Job(prefix=a.tokens.prefix, suffixes=a.tokens.suffixes, yes_ids=self.tok.yes_ids,
+                        no_ids=self.tok.no_ids) for a in chunk]
+            self.engine.run(jobs)
+            for a, job in zip(chunk, jobs):
+                answer = pipeline.respond(self.profile, a.prepared, a.tokens, job.margins).answers[QUESTION_ID]
+                margin = job.margins[0] if a.item.type == "noul" else None
+                results[a.item.id] = outcome(a.item, answer.model_dump(), margin)
             progress(len(chunk))
         return [results[item.id] for item in items]
 
     def close(self) -> None:
         self.tok.close()
+        self.engine.close()

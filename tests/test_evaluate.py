@@ -3,6 +3,7 @@ synthetic margins, the in-place profile rewrite, and `jevfleet eval` / `calibrat
 on a few real items, in-process and through the real fleet (whose answers must be the same)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -125,29 +126,41 @@ def test_set_loading_checks_answers_and_splits(tmp_path):
 # --- end to end on the real model ---------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def six_items(tmp_path_factory):
-    """The first six yes/no items (three fit, three test, both answers in each half)."""
-    path = tmp_path_factory.mktemp("set") / "six.jsonl"
-    path.write_text("".join(YESNO.read_text().splitlines(keepends=True)[:6]))
+def small_set(tmp_path_factory):
+    """The first six yes/no items (three fit, three test, both answers in each half), one
+    choice and one score item."""
+    path = tmp_path_factory.mktemp("set") / "small.jsonl"
+    lines = YESNO.read_text().splitlines(keepends=True)[:6]
+    cs = CHOICE_SCORE.read_text().splitlines(keepends=True)
+    lines += [next(x for x in cs if '"choice"' in x), next(x for x in cs if '"score"' in x)]
+    path.write_text("".join(lines))
     return path
 
 
-def test_eval_in_process_writes_the_report_and_png(six_items, tmp_path, capsys):
-    assert main(["eval", "--set", str(six_items), "--out", str(tmp_path)]) == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
+@pytest.fixture(scope="module")
+def local_report(small_set, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local")
+    assert main(["eval", "--set", str(small_set), "--out", str(out)]) == 0
+    return out
+
+
+def test_eval_in_process_writes_the_report_and_png(local_report):
+    summary = json.loads((local_report / "summary.json").read_text())
+    assert [s["name"] for s in summary["summaries"]] == ["fact", "choice", "score", "overall"]
     overall = summary["summaries"][-1]
-    assert overall["name"] == "overall" and overall["n"] == 6 and 0 <= overall["brier"] <= 1
-    assert (tmp_path / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    outcomes = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
-    assert len(outcomes) == 6 and all(isinstance(o["margin"], float) for o in outcomes)
-    assert "overall" in capsys.readouterr().out
+    assert overall["n"] == 8 and 0 <= overall["brier"] <= 2 and not summary["skipped"]
+    assert (local_report / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    outcomes = [json.loads(line) for line in (local_report / "outcomes.jsonl").read_text().splitlines()]
+    assert [isinstance(o["margin"], float) for o in outcomes] == [True] * 6 + [False] * 2
+    assert all(sum(o["probs"]) == pytest.approx(1.0) for o in outcomes)
+    assert "overall" in (local_report / "summary.txt").read_text()
 
 
-def test_calibrate_fits_on_the_fit_half_and_rewrites_the_profile(six_items, tmp_path, capsys):
+def test_calibrate_fits_on_the_fit_half_and_rewrites_the_profile(small_set, tmp_path, capsys):
     profile = tmp_path / "copy.toml"
     shutil.copy(PROJECT_ROOT / "conf" / "models" / "gemma-3-270m.toml", profile)
     original = load_profile(str(profile))
-    assert main(["calibrate", "--set", str(six_items), "--profile", str(profile), "--out", str(tmp_path)]) == 0
+    assert main(["calibrate", "--set", str(small_set), "--profile", str(profile), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "test half, before" in out and "test half, after" in out
     fitted = load_profile(str(profile))
@@ -156,20 +169,17 @@ def test_calibrate_fits_on_the_fit_half_and_rewrites_the_profile(six_items, tmp_
 
 
 @pytest.mark.fleet
-def test_eval_through_the_server_matches_in_process(fleet, six_items, tmp_path):
-    assert main(["eval", "--set", str(six_items), "--out", str(tmp_path / "local")]) == 0
-    assert main(["eval", "--set", str(six_items), "--url", fleet.url, "--out", str(tmp_path / "url")]) == 0
-    local = [json.loads(x)["probs"] for x in (tmp_path / "local" / "outcomes.jsonl").read_text().splitlines()]
-    remote = [json.loads(x)["probs"] for x in (tmp_path / "url" / "outcomes.jsonl").read_text().splitlines()]
-    assert remote == local  # deterministic mode: the same P(yes) on either path
+def test_eval_through_the_server_matches_in_process(fleet, small_set, local_report, tmp_path):
+    assert main(["eval", "--set", str(small_set), "--url", fleet.url, "--out", str(tmp_path)]) == 0
+    local = [json.loads(x)["probs"] for x in (local_report / "outcomes.jsonl").read_text().splitlines()]
+    remote = [json.loads(x)["probs"] for x in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
+    assert remote == local  # deterministic mode: the same probabilities on either path
 
 
-@pytest.mark.fleet
-def test_choice_and_score_items_through_the_server_are_answered_or_skipped_with_the_reason(fleet):
-    items = [load_set(CHOICE_SCORE, "test")[0], [i for i in load_set(CHOICE_SCORE) if i.type == "score"][0]]
-    for item, result in zip(items, RemoteRunner(fleet.url).ask(items)):
-        if isinstance(result, Skipped):  # a server without choice/score support refuses them
-            assert result.reason.startswith("HTTP 422")
-        else:
-            assert result.type == item.type and sum(result.probs) == pytest.approx(1.0)
-            assert len(result.probs) == len(item.criteria)
+def test_items_the_server_refuses_are_skipped_with_its_reason(tmp_path):
+    item = load_set(YESNO)[0]
+    refused = dataclasses.replace(item, state="   ")  # a blank state is a 422
+    runner = RemoteRunner("http://127.0.0.1:9")  # never reached: nothing listens on port 9
+    runner._post = lambda body: (422, {"detail": [{"msg": "State must not be empty"}]}, 0.0)
+    (result,) = runner.ask([refused])
+    assert isinstance(result, Skipped) and result.reason.startswith("HTTP 422") and "empty" in result.reason
