@@ -64,3 +64,8 @@ bench-engine: $(STAMP)
 .PHONY: bench-scaling
 bench-scaling: $(STAMP)
 	$(PY) -m bench.scaling $(BENCH_ARGS)
+
+# Compare prompt formats of the default profile on the fit half of eval/yesno.jsonl (docs/quality.md).
+.PHONY: prompt-variants
+prompt-variants: $(STAMP)
+	$(PY) -m bench.prompt_variants $(VARIANT_FLAGS)
