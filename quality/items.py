@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quality.metrics import Outcome
 from shared.config import PROJECT_ROOT
 
 QUESTION_ID = "q"
@@ -85,10 +86,8 @@ def load_set(path: str | Path, split: str = "") -> list[Item]:
     return items
 
 
-def outcome(item: Item, answer: dict[str, Any], margin: float | None = None) -> "Outcome":
+def outcome(item: Item, answer: dict[str, Any], margin: float | None = None) -> Outcome:
     """Score-ready form of one wire answer (the `answers.q` object of a response)."""
-    from quality.metrics import Outcome
-
     if item.type == "noul":
         p = float(answer["noul"])
         probs: tuple[float, ...] = (p, 1.0 - p)
