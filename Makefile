@@ -8,7 +8,16 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 
-.PHONY: serve test setup clean bench-engine
+# `make loadtest`: a short sweep of our fleet (started and stopped by the sweep) and the baselines,
+# measured in one run, into docs/benchmarks/. llama-server is built once into the cache dir on first
+# use (10-20 min on 2 cores); LOADTEST_TARGET=both skips it. See docs/benchmarks.md.
+LOADTEST_TARGET ?= all
+LOADTEST_USERS ?= 1,2,4,8
+LOADTEST_DURATION ?= 20s
+LOADTEST_WORKLOAD ?= W1
+LOADTEST_OUT ?= docs/benchmarks
+
+.PHONY: serve test setup clean loadtest bench-engine
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
@@ -23,6 +32,10 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+loadtest: $(STAMP)
+	$(PY) -m loadtest.sweep --target $(LOADTEST_TARGET) --users $(LOADTEST_USERS) \
+		--duration $(LOADTEST_DURATION) --workload $(LOADTEST_WORKLOAD) --out $(LOADTEST_OUT)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
@@ -51,3 +64,8 @@ bench-engine: $(STAMP)
 .PHONY: bench-scaling
 bench-scaling: $(STAMP)
 	$(PY) -m bench.scaling $(BENCH_ARGS)
+
+# Compare prompt formats of the default profile on the fit half of eval/yesno.jsonl (docs/quality.md).
+.PHONY: prompt-variants
+prompt-variants: $(STAMP)
+	$(PY) -m bench.prompt_variants $(VARIANT_FLAGS)

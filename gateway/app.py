@@ -15,6 +15,7 @@ from gateway.body import read_body
 from gateway.errors import (ApiError, detail, internal_error, method_not_allowed, not_found, overloaded, too_large,
                             unauthorized)
 from gateway.fleet import Fleet, Unavailable
+from gateway.metrics import install as install_metrics, record_batch
 from gateway.shedding import shed_when_full
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
@@ -107,6 +108,7 @@ async def systemone(request: web.Request) -> web.Response:
         result = await app[FLEET].submit(score, tokens.count)
     except Unavailable as exc:  # 429 every queue full, 503 no worker / past deadline
         raise overloaded(exc.status, str(exc), retry_after=exc.retry_after) from None
+    record_batch(request, result.batch_requests)
     timing.set("queue", result.queue_ms)
     timing.set("inference", result.run_ms)
     timing.lap("wait")  # queue + inference as the worker measured them, set above
@@ -172,6 +174,7 @@ def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
         app[TOKENIZER].close()
 
     app.cleanup_ctx.append(fleet_ctx)
+    install_metrics(app, app[FLEET])
     app.router.add_post("/v1/systemone", systemone)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)

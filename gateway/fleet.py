@@ -188,11 +188,12 @@ class Fleet:
         self._inflight[score.request_id] = item
         try:
             self._assign(worker, item)
-            async with asyncio.timeout_at(loop.time() + max(0.0, score.deadline - time.time())):
-                return await item.future
-        except TimeoutError:
-            self.counters["expired"] += 1
-            raise Unavailable(503, "the request waited past its deadline", self._retry_after(tokens)) from None
+            try:
+                async with asyncio.timeout_at(loop.time() + max(0.0, score.deadline - time.time())):
+                    return await asyncio.shield(item.future)
+            except TimeoutError:
+                self._past_deadline(item)
+            return await item.future
         finally:
             self._release(item)
 
@@ -210,6 +211,22 @@ class Fleet:
             return Unavailable(503, "no worker is available", NO_WORKER_RETRY_S)
         self.counters["refused"] += 1
         return Unavailable(429, "every worker's queue is full", retry_after_s(up, tokens, self.limits))
+
+    def _past_deadline(self, item: Inflight) -> None:
+        """A request still waiting at its deadline gets 503: at once if it is parked; if it is
+        on a worker, that worker is told to drop it and answers "cancelled" if it had not
+        started it. A request a worker is already reading is allowed to finish."""
+        if item.future.done():
+            return
+        if item.worker is None:
+            self._expire(item)
+        else:
+            self._send(item.worker, Cancel(request_id=item.score.request_id))
+
+    def _expire(self, item: Inflight) -> None:
+        self.counters["expired"] += 1
+        item.future.set_exception(Unavailable(503, "the request waited past its deadline",
+                                              self._retry_after(item.tokens)))
 
     def _retry_after(self, tokens: int) -> int:
         up = [w for w in self.workers.values() if w.up]
@@ -238,9 +255,12 @@ class Fleet:
     def _place(self, item: Inflight) -> None:
         """Send an accepted request to the best routable worker that has not already lost or
         returned it, queue limits ignored (it is owed an answer, not a 429); park it if none."""
+        item.worker = None
+        if item.score.deadline <= time.time():  # a worker would only answer "expired"
+            self._expire(item)
+            return
         worker = choose(self.workers.values(), key=item.key, tokens=item.tokens, limits=self.limits,
                         exclude=item.tried, ignore_limits=True)
-        item.worker = None
         if worker is None:
             self._parked.append(item)
         else:
@@ -346,10 +366,8 @@ class Fleet:
             if owner is not None:
                 item.tried.append(owner)
             self._place(item)
-        elif msg.code == "expired":
-            self.counters["expired"] += 1
-            item.future.set_exception(Unavailable(503, "the request waited past its deadline",
-                                                  self._retry_after(item.tokens)))
+        elif msg.code in ("expired", "cancelled"):  # dropped unread at or past its deadline
+            self._expire(item)
         else:
             item.future.set_exception(WorkerFailed(msg.code, msg.message))
 

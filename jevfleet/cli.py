@@ -1,4 +1,5 @@
-"""The `jevfleet` command: serve (the whole fleet under supervisord), gateway, worker, keys.
+"""The `jevfleet` command: serve (the whole fleet under supervisord), gateway, worker, keys,
+decide, and the answer-quality tools eval and calibrate (quality/).
 
 Every setting of conf/jevfleet.toml is also a flag of every subcommand (--batch-tokens for
 batch_tokens ...), so one table documents them all.
@@ -73,7 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
     decide.add_argument("--jsonl", type=Path, help="a file of request bodies, one per line")
     decide.add_argument("--output", type=Path, help="where answers go (never overwritten; "
                         "with --jsonl: appended to, resuming after the lines already there)")
-    for p in (serve, gateway, worker, decide):
+    evaluate = sub.add_parser("eval", help="score answers on a labeled set: accuracy, Brier, ECE, reliability PNG")
+    evaluate.add_argument("--set", dest="set_path", required=True, help="labeled JSONL set, e.g. eval/yesno.jsonl")
+    evaluate.add_argument("--url", default="", help="ask a running server (e.g. http://127.0.0.1:8017) "
+                                                    "instead of loading --profile in-process")
+    evaluate.add_argument("--split", default="", help="only items of this split (fit or test; default all)")
+    evaluate.add_argument("--out", default="eval-report", help="report directory (default ./eval-report)")
+    calibrate = sub.add_parser("calibrate", help="fit the profile's [calibration] scale/bias on the fit half")
+    calibrate.add_argument("--set", dest="set_path", default="eval/yesno.jsonl",
+                           help="labeled yes/no JSONL set with fit/test splits (default eval/yesno.jsonl)")
+    calibrate.add_argument("--out", default="", help="also write before/after reports into this directory")
+    calibrate.add_argument("--dry-run", action="store_true", help="report only; leave the profile unchanged")
+    for p in (serve, gateway, worker, decide, evaluate, calibrate):
         _add_settings_flags(p)
     keys = sub.add_parser("keys", help="create CURVE keys for gateway and workers on other hosts")
     keys.add_argument("directory", type=Path, help="where to write gateway.key(_secret) and workers/")
@@ -101,6 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = _settings(args)
     from shared.curve import CurveError
 
+    if args.command == "eval":
+        from quality.commands import run_eval
+
+        return run_eval(settings, set_path=args.set_path, url=args.url, split=args.split, out=args.out)
+    if args.command == "calibrate":
+        from quality.commands import run_calibrate
+
+        return run_calibrate(settings, set_path=args.set_path, out=args.out, dry_run=args.dry_run)
     if args.command == "decide":
         from jevfleet.decide import decide_file, decide_jsonl
 

@@ -74,7 +74,7 @@ class Error:
 
     KIND: ClassVar[str] = "error"
     request_id: str
-    code: str  # "expired" | "too_long" | "engine" | "draining"
+    code: str  # "expired" | "too_long" | "engine" | "draining" | "cancelled" (a Cancel found it queued)
     message: str
 
 

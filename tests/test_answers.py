@@ -1,6 +1,7 @@
 """From margins to answers: choice normalisation, pool-adjacent-violators, score distributions."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -13,7 +14,8 @@ from gateway.answers import (confidence, level_distribution, log_sigmoid, normal
 from gateway.pipeline import Tokens, prepare, respond
 from shared.profiles import load_profile
 
-PROFILE = load_profile("gemma-3-270m")  # scale 1, bias 0: margin = logit of P(yes)
+# Calibration pinned to identity (whatever the shipped profile says): margin = logit of P(yes)
+PROFILE = dataclasses.replace(load_profile("gemma-3-270m"), scale=1.0, bias=0.0)
 
 
 def logit(p: float) -> float:

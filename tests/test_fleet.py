@@ -208,17 +208,43 @@ def test_no_worker_at_all_is_503(tmp_path):
     run(go())
 
 
-def test_past_its_deadline_a_request_is_503_and_withdrawn_from_the_worker(tmp_path):
+def test_past_its_deadline_a_queued_request_is_withdrawn_and_answered_503(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a = await worker("a")
             task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.3), 10))
             await a.recv()
+            assert await a.recv() == Cancel(request_id="r1")  # at the deadline
+            await a.send(Error(request_id="r1", code="cancelled", message="dropped before it ran"))
             with pytest.raises(Unavailable) as err:
                 await task
             assert err.value.status == 503 and err.value.retry_after >= 1
-            assert await a.recv() == Cancel(request_id="r1")
             assert fleet.workers["a"].queued_requests == 0
+    run(go())
+
+
+def test_a_request_already_running_at_its_deadline_is_allowed_to_finish(tmp_path):
+    async def go():
+        async with running(settings(tmp_path)) as (fleet, worker):
+            a = await worker("a")
+            task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.3), 10))
+            first = await a.recv()
+            assert await a.recv() == Cancel(request_id="r1")  # too late: it is being read
+            await a.answer(first, margin=4.0)
+            assert (await task).margins == [4.0]
+    run(go())
+
+
+def test_a_parked_request_is_answered_503_at_its_deadline(tmp_path):
+    async def go():
+        async with running(settings(tmp_path)) as (fleet, worker):
+            a = await worker("a")
+            task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.5), 10))
+            await a.recv()
+            a.close()  # no other worker, none comes back
+            with pytest.raises(Unavailable) as err:
+                await task
+            assert err.value.status == 503 and fleet.describe()["parked"] == 0
     run(go())
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 import zmq
 
-from shared.messages import Drain, Error, Heartbeat, Ready, Result, Score, decode, encode
+from shared.messages import Cancel, Drain, Error, Heartbeat, Ready, Result, Score, decode, encode
 from tests.fleet import ROOT
 
 WORKER = """
@@ -98,6 +98,21 @@ def test_sigterm_hands_the_queue_back_finishes_the_batch_and_exits_0(router):
     assert rest[-1].request_id == "r1"
     assert any(isinstance(m, Heartbeat) and m.draining for m in rest)
     assert proc.wait(timeout=20) == 0, proc.stdout.read()
+
+
+def test_cancel_drops_a_queued_request_and_says_so_but_lets_a_running_one_finish(router):
+    sock, proc = router
+    ident = b"fake"
+    receive(sock, lambda m: isinstance(m, Ready))
+    for rid in ("r1", "r2"):
+        sock.send_multipart([ident, encode(score(rid))])
+    receive(sock, lambda m: isinstance(m, Heartbeat) and (m.queued_requests, m.queued_tokens) == (2, 301))
+    for rid in ("r2", "r1"):
+        sock.send_multipart([ident, encode(Cancel(request_id=rid))])
+    got = receive(sock, lambda m: isinstance(m, Result))
+    assert [m for m in got if isinstance(m, Error)] == [Error(request_id="r2", code="cancelled",
+                                                              message="dropped before it ran")]
+    assert got[-1].request_id == "r1"
 
 
 def test_a_dead_engine_thread_exits_non_zero_so_supervisord_restarts_it(router):

@@ -101,8 +101,8 @@ class WorkerProcess:
             if self._stop.is_set():
                 return Error(request_id=msg.request_id, code="draining", message="worker is stopping")
             self.scheduler.submit(Pending.from_score(msg))
-        elif isinstance(msg, Cancel):
-            self.scheduler.cancel(msg.request_id)
+        elif isinstance(msg, Cancel) and self.scheduler.cancel(msg.request_id):
+            return Error(request_id=msg.request_id, code="cancelled", message="dropped before it ran")
         return None  # Ping needs no answer: the gateway only wanted to know the link is up
 
     def serve(self) -> int:

@@ -1,0 +1,234 @@
+"""A throughput-vs-latency sweep: headless Locust once per user count, per target, in one run.
+
+    python -m loadtest.sweep --host http://127.0.0.1:8017 --users 1,2,4,8,16 --duration 60s \
+        --workload W1 --target both --out DIR
+
+Targets are measured one after the other on the same machine, GGUF, thread count and prompts:
+  jevfleet          our fleet at --host, or one the sweep starts (and stops) when --host is absent
+  llama-cpp-python  `python -m llama_cpp.server` on the same GGUF, started and stopped here
+  llama-server      llama.cpp's server, built on first use into the cache dir (loadtest/llama_server.py)
+`both` = jevfleet + llama-cpp-python; `all` adds llama-server. Each target gets a short unmeasured
+warm-up run first, and every measured run starts once one probe request has been answered (so
+work abandoned by the previous run does not land in the next one). DIR gets results.md, throughput_latency.png (rewritten after every run, so an
+interrupted sweep keeps what it measured), rows.json and the logs of every Locust run and server.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from tqdm import tqdm
+
+from loadtest import fleet_metrics, results, servers, workloads
+from loadtest.llama_server import ensure_llama_server
+from loadtest.protocols import PROTOCOLS
+from shared.config import load_settings
+from shared.model_files import resolve_model
+from shared.profiles import load_profile
+
+TARGETS = ("jevfleet", "llama-cpp-python", "llama-server")
+ALIASES = {"both": ("jevfleet", "llama-cpp-python"), "all": TARGETS}
+USER_CLASS = {"jevfleet": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser", "llama-server": "LlamaServerUser"}
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+SETTLE_TIMEOUT_S = 600.0
+
+
+def seconds(text: str) -> int:
+    """'60s', '2m', '1h30m' or a bare number of seconds."""
+    text = text.strip().lower()
+    if text.isdigit():
+        return int(text)
+    total, number = 0, ""
+    for ch in text:
+        if ch.isdigit():
+            number += ch
+        elif ch in "hms" and number:
+            total += int(number) * {"h": 3600, "m": 60, "s": 1}[ch]
+            number = ""
+        else:
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 60s, 2m)")
+    if number or not total:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 60s, 2m)")
+    return total
+
+
+def user_counts(text: str) -> list[int]:
+    try:
+        counts = [int(u) for u in text.split(",") if u.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of user counts: {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("user counts must be positive integers")
+    return counts
+
+
+def target_list(text: str) -> list[str]:
+    chosen: list[str] = []
+    for part in text.split(","):
+        for name in ALIASES.get(part.strip(), (part.strip(),)):
+            if name not in TARGETS:
+                raise argparse.ArgumentTypeError(f"unknown target {name!r}; choose from "
+                                                 f"{', '.join(TARGETS + tuple(ALIASES))}")
+            if name not in chosen:
+                chosen.append(name)
+    return chosen
+
+
+def workload_list(text: str) -> list[str]:
+    names = [w.strip() for w in text.split(",") if w.strip()]
+    unknown = [w for w in names if w not in workloads.names()]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown workload {unknown}; the file has {', '.join(workloads.names())}")
+    return names
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="", help="URL of a running jevfleet gateway; absent: start one")
+    p.add_argument("--users", type=user_counts, default=[1, 2, 4, 8, 16], help="comma-separated user counts")
+    p.add_argument("--duration", type=seconds, default=60, help="measured time per user count (60s, 2m)")
+    p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
+    p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3 or a comma list")
+    p.add_argument("--target", type=target_list, default=["jevfleet"],
+                   help="jevfleet, llama-cpp-python, llama-server, both (first two), all, or a comma list")
+    p.add_argument("--out", type=Path, required=True, help="directory for results.md, the plot and logs")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2,
+                   help="threads for the baselines (our workers use their pinned cores)")
+    p.add_argument("--baseline-ctx", type=int, default=1024,
+                   help="context per sequence for the baselines (llama-cpp-python allocates ctx × vocab logits)")
+    p.add_argument("--slots", type=int, default=8, help="llama-server parallel slots (-np)")
+    p.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary; default: build/cache one")
+    return p.parse_args(argv)
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor() or "unknown CPU")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{os.cpu_count()} CPUs ({model}), {platform.system()} {platform.release()}; load average at start {load}"
+
+
+class Sweep:
+    def __init__(self, args: argparse.Namespace, command: str) -> None:
+        self.args = args
+        self.command = command
+        self.out: Path = args.out
+        self.logs = self.out / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.rows: list[results.Row] = []
+        self.machine = machine()
+        settings = load_settings()
+        self.cache = settings.cache_path
+        self.profile = load_profile(settings.profile)
+        self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
+        self.runs_total = len(args.target) * len(args.workload) * len(args.users)
+        self.runs_done = 0
+
+    def server(self, target: str) -> AbstractContextManager[str]:
+        a = self.args
+        if target == "jevfleet":
+            return nullcontext(a.host.rstrip("/")) if a.host else servers.jevfleet(self.logs)
+        if target == "llama-cpp-python":
+            return servers.llama_cpp_python(self.gguf, self.logs, threads=a.threads, ctx=a.baseline_ctx)
+        binary = a.llama_server or ensure_llama_server(self.cache)
+        return servers.llama_server(binary, self.gguf, self.logs, threads=a.threads, ctx=a.baseline_ctx,
+                                    slots=a.slots)
+
+    def run(self) -> list[results.Row]:
+        print(f"sweep: {', '.join(self.args.target)} × {', '.join(self.args.workload)} × users "
+              f"{self.args.users}, {self.args.duration}s each → {self.out}\nmachine: {self.machine}", flush=True)
+        for target in self.args.target:
+            print(f"[{target}] starting", flush=True)
+            with self.server(target) as url:
+                print(f"[{target}] serving at {url}", flush=True)
+                for workload in self.args.workload:
+                    if self.args.warmup:
+                        self.locust(target, url, workload, users=1, duration=self.args.warmup, tag="warmup")
+                    for users in self.args.users:
+                        self.measure(target, url, workload, users)
+            print(f"[{target}] stopped", flush=True)
+        return self.rows
+
+    def measure(self, target: str, url: str, workload: str, users: int) -> None:
+        self.runs_done += 1
+        self.settle(target, url, workload)
+        before = fleet_metrics.scrape(url) if target == "jevfleet" else {}
+        stats = self.locust(target, url, workload, users=users, duration=self.args.duration,
+                            tag=f"{self.runs_done}/{self.runs_total}")
+        row = results.row_from_locust_json(stats, target=target, workload=workload, users=users,
+                                           seconds=self.args.duration)
+        split = fleet_metrics.breakdown(before, fleet_metrics.scrape(url)) if target == "jevfleet" else None
+        if split is not None:
+            row = replace(row, queue_ms=split.queue_ms, inference_ms=split.inference_ms, batch=split.batch)
+        self.rows.append(row)
+        print(f"    {row.answered} answers, {row.rps:.2f} req/s, p50 {row.p50_ms:.0f} ms, p99 {row.p99_ms:.0f} ms, "
+              f"errors {row.errors}, shed {row.shed}, L=λW {row.littles_l:.2f}", flush=True)
+        self.write()
+
+    def settle(self, target: str, url: str, workload: str) -> None:
+        """Send one request and wait for its answer before a measured run. When Locust stops a run
+        it abandons the requests in flight, and a server may still work them off (a running batch
+        cannot be cancelled); on a FIFO server this probe's answer comes after that backlog."""
+        protocol = PROTOCOLS[target]
+        status, _ = servers.call(url + protocol.path, protocol.body(self.profile, workloads.load(workload)[0]),
+                                 timeout=SETTLE_TIMEOUT_S)
+        if status != 200:
+            print(f"    warning: settle probe got status {status}", flush=True)
+
+    def locust(self, target: str, url: str, workload: str, *, users: int, duration: int, tag: str) -> Path:
+        """One headless Locust run; returns its JSON stats file."""
+        name = f"{target}-{workload}-u{users}" + ("-warmup" if tag == "warmup" else "")
+        stats, log_path = self.logs / f"{name}.json", self.logs / f"{name}.log"
+        cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+               "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{duration}s",
+               "--host", url, "--workload", workload, "--model-profile", str(self.profile.source),
+               "--json-file", str(stats.with_suffix("")),
+               "--loglevel", "WARNING", USER_CLASS[target]]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(servers.ROOT), os.environ.get("PYTHONPATH")]))}
+        desc = f"[{tag}] {target} {workload} users={users}"
+        if not sys.stdout.isatty():  # no progress bar in a log: one line per run
+            print(f"{desc}, {duration}s", flush=True)
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(cmd, cwd=servers.ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+            with tqdm(total=duration, desc=desc, unit="s", bar_format="{desc}: {bar} {n:.0f}/{total}s",
+                      file=sys.stdout, disable=None) as bar:
+                start = time.monotonic()
+                while proc.poll() is None:
+                    time.sleep(0.5)
+                    bar.n = min(duration, time.monotonic() - start)
+                    bar.refresh()
+        if proc.returncode not in (0, 1) or not stats.is_file():  # locust exits 1 when any request failed
+            raise RuntimeError(f"locust failed ({proc.returncode}); see {log_path}:\n{log_path.read_text()[-2000:]}")
+        return stats
+
+    def write(self) -> None:
+        rows = ordered(self.rows)
+        results.write_results(rows, self.out, command=self.command, machine=self.machine)
+        results.plot(rows, self.out)
+        (self.out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+
+
+def ordered(rows: list[results.Row]) -> list[results.Row]:
+    """Targets side by side for each workload and user count."""
+    return sorted(rows, key=lambda r: (r.workload, r.users, TARGETS.index(r.target)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    rows = Sweep(args, command="python -m loadtest.sweep " + shlex.join(argv)).run()
+    print(f"\n{results.markdown_table(ordered(rows))}\n\nwrote {args.out / 'results.md'} and {args.out / 'throughput_latency.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Checking every answer a load run gets back, for each kind of server.
+
+A load test that counts 200s without reading them measures how fast a server can fail. Each
+check returns P(yes) in [0, 1] or raises InvalidAnswer saying what was wrong.
+
+The baselines answer with the top-k log-probabilities of the next token; P(yes) is read from
+them the way our gateway reads logits: the log-sum-exp of the profile's yes tokens against its
+no tokens, then the profile's calibration (gateway.answers.p_yes). A side missing from the
+top k is bounded by the smallest log-probability listed (its true value is at most that).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from gateway.answers import p_yes
+from shared.profiles import Profile
+
+
+class InvalidAnswer(ValueError):
+    """A response with status 200 whose body is not a well-formed answer."""
+
+
+def _probability(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise InvalidAnswer(f"{where} is {value!r}, not a probability in [0, 1]")
+    return float(value)
+
+
+def check_decision(body: Any, question_id: str) -> float:
+    """A /v1/systemone answer to one noul question."""
+    try:
+        answer = body["answers"][question_id]
+        usage = body["usage"]
+    except (KeyError, TypeError) as exc:
+        raise InvalidAnswer(f"missing {exc} in {str(body)[:200]}") from None
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise InvalidAnswer("no model name")
+    if set(body["answers"]) != {question_id}:
+        raise InvalidAnswer(f"answers for {sorted(body['answers'])}, asked {question_id!r}")
+    if answer.get("type") != "noul":
+        raise InvalidAnswer(f"answer type {answer.get('type')!r}, asked noul")
+    if not isinstance(usage.get("input_tokens"), int) or usage.get("output_tokens") != 0:
+        raise InvalidAnswer(f"bad usage {usage!r}")
+    return _probability(answer.get("noul"), "noul")
+
+
+def yes_probability(profile: Profile, top: Mapping[str, float]) -> float:
+    """P(yes) from a next-token {token text: log-probability} top-k map."""
+    if not top:
+        raise InvalidAnswer("no top log-probabilities")
+    for token, logprob in top.items():
+        if not isinstance(logprob, (int, float)) or math.isnan(logprob) or logprob > 1e-6:
+            raise InvalidAnswer(f"log-probability of {token!r} is {logprob!r}")
+    floor = min(top.values())
+
+    def group(tokens: tuple[str, ...]) -> float:
+        found = [top[t] for t in tokens if t in top]
+        if not found:
+            return floor
+        peak = max(found)
+        return peak + math.log(sum(math.exp(v - peak) for v in found))
+
+    if not any(t in top for t in profile.yes + profile.no):
+        raise InvalidAnswer(f"neither yes nor no among the top {len(top)} tokens: {sorted(top)[:8]}")
+    return _probability(p_yes(profile, group(profile.yes) - group(profile.no)), "P(yes)")
+
+
+def check_openai_completion(body: Any, profile: Profile) -> float:
+    """An OpenAI /v1/completions answer with max_tokens 1 and logprobs (llama-cpp-python)."""
+    try:
+        top = body["choices"][0]["logprobs"]["top_logprobs"][0]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise InvalidAnswer(f"no top_logprobs ({exc!r}) in {str(body)[:200]}") from None
+    return yes_probability(profile, top)
+
+
+def check_llama_server_completion(body: Any, profile: Profile) -> float:
+    """A llama-server /completion answer with n_predict 1 and n_probs."""
+    try:
+        entries = body["completion_probabilities"][0]["top_logprobs"]
+        top = {e["token"]: e["logprob"] for e in entries}
+    except (KeyError, IndexError, TypeError) as exc:
+        raise InvalidAnswer(f"no completion_probabilities ({exc!r}) in {str(body)[:200]}") from None
+    return yes_probability(profile, top)

@@ -1,0 +1,83 @@
+"""Scoring a labeled set: ask every item (in-process or through a server), summarise per kind
+and overall, and write the report (summary.txt, summary.json, outcomes.jsonl, reliability.png)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+from tqdm import tqdm
+
+from quality.items import Item, Skipped
+from quality.metrics import Outcome, Summary, by_kind
+from quality.plot import reliability_png
+
+
+class Runner(Protocol):
+    def ask(self, items: list[Item], progress: Callable[[int], None] = ...) -> list[Outcome | Skipped]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Report:
+    title: str
+    outcomes: list[Outcome]
+    skipped: list[Skipped]
+    summaries: list[Summary]  # one per kind, then "overall"
+
+
+def ask_all(runner: Runner, items: list[Item], *, desc: str = "asking",
+            quiet: bool = False) -> tuple[list[Outcome], list[Skipped]]:
+    with tqdm(total=len(items), desc=desc, unit="q", disable=quiet, leave=False) as bar:
+        results = runner.ask(items, bar.update)
+    return [r for r in results if isinstance(r, Outcome)], [r for r in results if isinstance(r, Skipped)]
+
+
+def make_report(title: str, outcomes: list[Outcome], skipped: list[Skipped] = ()) -> Report:
+    return Report(title=title, outcomes=outcomes, skipped=list(skipped),
+                  summaries=by_kind(outcomes) if outcomes else [])
+
+
+def table(summaries: list[Summary]) -> str:
+    lines = [f"{'kind':<12} {'n':>4} {'accuracy':>9} {'Brier':>7} {'ECE':>7}"]
+    for s in summaries:
+        lines.append(f"{s.name:<12} {s.n:>4} {s.accuracy:>9.3f} {s.brier:>7.3f} {s.ece:>7.3f}")
+    return "\n".join(lines)
+
+
+def describe(report: Report) -> str:
+    text = [report.title, table(report.summaries) if report.summaries else "(no item answered)"]
+    if report.skipped:
+        text.append(f"skipped {len(report.skipped)} item(s), e.g. {report.skipped[0].id}: {report.skipped[0].reason}")
+    return "\n".join(text)
+
+
+def _json_safe(value):
+    """NaN (an empty bin) as null, so the file is strict JSON."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_report(report: Report, out_dir: Path) -> list[Path]:
+    """Write the report files into out_dir (created); returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / "summary.txt", out_dir / "summary.json", out_dir / "outcomes.jsonl"]
+    written[0].write_text(describe(report) + "\n", encoding="utf-8")
+    written[1].write_text(json.dumps(_json_safe({
+        "title": report.title,
+        "summaries": [dataclasses.asdict(s) for s in report.summaries],
+        "skipped": [dataclasses.asdict(s) for s in report.skipped],
+    }), indent=1) + "\n", encoding="utf-8")
+    written[2].write_text("".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in report.outcomes), encoding="utf-8")
+    if report.summaries:
+        written.append(reliability_png(report.summaries, out_dir / "reliability.png", title=report.title,
+                                       event="probability (yes/no: P(yes); choice/score: top option)"))
+    return written

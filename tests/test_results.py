@@ -1,0 +1,40 @@
+"""loadtest.results: percentiles from Locust's histogram, rows, Little's law, the table."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from loadtest.results import Row, markdown_table, percentile, plot, row_from_locust_json
+
+
+def test_percentile_reads_the_histogram():
+    hist = {10: 50, 20: 40, 100: 9, 900: 1}
+    assert [percentile(hist, f) for f in (0.5, 0.9, 0.99, 1.0)] == [10, 20, 100, 900]
+    assert math.isnan(percentile({}, 0.5))
+
+
+def test_a_row_from_locust_stats_counts_shed_apart_from_errors(tmp_path):
+    stats = [
+        {"name": "answer", "num_requests": 12, "num_failures": 2, "total_response_time": 12 * 500.0,
+         "response_times": {"400": 6, "500": 4, "900": 2}},
+        {"name": "shed", "num_requests": 3, "num_failures": 0, "total_response_time": 3 * 10.0,
+         "response_times": {"10": 3}},
+    ]
+    path = tmp_path / "stats.json"
+    path.write_text(json.dumps(stats))
+    row = row_from_locust_json(path, target="jevfleet", workload="W1", users=4, seconds=5.0)
+    assert (row.answered, row.errors, row.shed) == (10, 2, 3)
+    assert row.rps == 2.0
+    assert (row.p50_ms, row.p90_ms, row.p99_ms) == (400, 900, 900)
+    assert row.littles_l == pytest.approx((15 / 5.0) * (6030 / 15 / 1000))  # λ · W over every completed request
+    table = markdown_table([row])
+    assert "| jevfleet | W1 | 4 | 2.00 | 400 | 900 | 900 | 2 | 3 | 1.21 | 0.30 | – | – | – |" in table
+
+
+def test_plot_writes_a_png(tmp_path):
+    rows = [Row(target=t, workload="W1", users=u, seconds=1, answered=u * k, errors=0, shed=0,
+                p50_ms=100 * u, p90_ms=150 * u, p99_ms=200 * u, mean_ms=100 * u)
+            for t, k in (("jevfleet", 3), ("llama-cpp-python", 1)) for u in (1, 2, 4)]
+    assert plot(rows, tmp_path).read_bytes()[:4] == b"\x89PNG"

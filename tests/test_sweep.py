@@ -1,0 +1,40 @@
+"""loadtest.sweep: argument parsing, and one tiny real sweep against the session fleet."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from loadtest.sweep import seconds, target_list, user_counts, workload_list
+from tests.fleet import ROOT, Fleet
+
+
+def test_durations_and_lists_parse_or_are_refused():
+    assert [seconds(t) for t in ("60s", "2m", "1m30s", "45", "1h")] == [60, 120, 90, 45, 3600]
+    assert user_counts("1,2, 4,16") == [1, 2, 4, 16]
+    assert target_list("both") == ["jevfleet", "llama-cpp-python"]
+    assert target_list("llama-server,jevfleet,jevfleet") == ["llama-server", "jevfleet"]
+    assert workload_list("W1,W3") == ["W1", "W3"]
+    for parse, bad in ((seconds, "60x"), (seconds, "s"), (user_counts, "1,0"), (user_counts, "a"),
+                       (target_list, "vllm"), (workload_list, "W9")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(bad)
+
+
+@pytest.mark.fleet
+def test_a_one_user_sweep_writes_the_table_and_the_plot(fleet: Fleet, tmp_path):
+    out = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "loadtest.sweep", "--host", fleet.url, "--users", "1",
+                           "--duration", "4s", "--warmup", "0", "--workload", "W1", "--target", "jevfleet",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads((out / "rows.json").read_text())
+    assert (row["target"], row["workload"], row["users"]) == ("jevfleet", "W1", 1)
+    assert row["answered"] >= 1 and row["errors"] == 0
+    assert row["queue_ms"] >= 0 and row["inference_ms"] > 0 and row["batch"] >= 1  # from the fleet's /metrics
+    table = (out / "results.md").read_text()
+    assert "| jevfleet | W1 | 1 |" in table and "L = λ·W" in table
+    assert (out / "throughput_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

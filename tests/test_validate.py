@@ -1,0 +1,53 @@
+"""loadtest.validate: every answer a load run gets is checked; malformed ones are caught."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from loadtest.validate import (InvalidAnswer, check_decision, check_llama_server_completion,
+                               check_openai_completion, yes_probability)
+from shared.profiles import load_profile
+
+# identity calibration, whatever the shipped profile says: P(yes) is the plain ratio
+PROFILE = dataclasses.replace(load_profile("gemma-3-270m"), scale=1.0, bias=0.0)
+
+
+def decision(**answer) -> dict:
+    return {"model": "gemma-3-270m", "answers": {"q": {"type": "noul", "noul": 0.8, **answer}},
+            "usage": {"input_tokens": 90, "output_tokens": 0}}
+
+
+def test_a_good_decision_passes_and_bad_ones_do_not():
+    assert check_decision(decision(), "q") == 0.8
+    bad = [decision(noul=1.2), decision(noul=-0.1), decision(noul="0.5"), decision(noul=True),
+           decision(type="choice"), {"answers": {}}, None,
+           {**decision(), "usage": {"input_tokens": 9.0, "output_tokens": 0}},
+           {**decision(), "answers": {"q": {"type": "noul", "noul": 0.5}, "r": {"type": "noul", "noul": 0.5}}}]
+    for body in bad:
+        with pytest.raises(InvalidAnswer):
+            check_decision(body, "q")
+
+
+def test_yes_probability_from_top_logprobs():
+    top = {" Yes": math.log(0.6), " yes": math.log(0.1), " No": math.log(0.2), " the": math.log(0.05)}
+    assert yes_probability(PROFILE, top) == pytest.approx(0.7 / 0.9)
+    only_no = {" No": math.log(0.9), " the": math.log(0.01)}  # yes bounded by the smallest listed
+    assert yes_probability(PROFILE, only_no) == pytest.approx(0.01 / 0.91)
+    for top in ({}, {" the": -0.1}, {" Yes": 0.5}, {" Yes": float("nan")}):
+        with pytest.raises(InvalidAnswer):
+            yes_probability(PROFILE, top)
+
+
+def test_baseline_shapes():
+    openai = {"choices": [{"logprobs": {"top_logprobs": [{" Yes": -0.1, " No": -2.5}]}}]}
+    assert 0.5 < check_openai_completion(openai, PROFILE) <= 1
+    server = {"completion_probabilities": [{"top_logprobs": [{"token": " No", "logprob": -0.05},
+                                                              {"token": " Yes", "logprob": -3.0}]}]}
+    assert 0 <= check_llama_server_completion(server, PROFILE) < 0.5
+    for body in ({"choices": []}, {"choices": [{"logprobs": None}]}, {}):
+        with pytest.raises(InvalidAnswer):
+            check_openai_completion(body, PROFILE)
+    with pytest.raises(InvalidAnswer):
+        check_llama_server_completion({"content": "Yes"}, PROFILE)
