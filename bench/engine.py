@@ -82,11 +82,21 @@ def ms(fn: Callable[[], object]) -> Took:
 
 
 def median_ms(fn: Callable[[], object], reps: int, before: Callable[[], object] = lambda: None) -> Took:
-    runs = []
+    return alternating([(fn, before)], reps)[0]
+
+
+def alternating(cases: list[tuple[Callable[[], object], Callable[[], object]]], reps: int) -> list[Took]:
+    """Median time of each (fn, untimed before) case, the cases taking turns in every
+    repetition, so that a machine whose load drifts treats all of them alike."""
+    runs: list[list[Took]] = [[] for _ in cases]
     for _ in range(reps):
-        before()
-        runs.append(ms(fn))
-    return Took(statistics.median(r.wall for r in runs), statistics.median(r.cpu for r in runs))
+        for (fn, before), out in zip(cases, runs):
+            before()
+            out.append(ms(fn))
+    return [Took(statistics.median(r.wall for r in out), statistics.median(r.cpu for r in out)) for out in runs]
+
+
+NOTHING: Callable[[], object] = lambda: None
 
 
 def sized_job(engine: Engine, profile: Profile, tokens: int, k: int) -> Job:
@@ -114,8 +124,8 @@ def part_batching(reps: int) -> list[Row]:
     rows = []
     for count, size in ((4, 64), (3, 120), (8, 32)):
         batch = [sized_job(engine, profile, size, k) for k in range(count)]
-        together = median_ms(lambda: engine.run(batch), reps)
-        apart = median_ms(lambda: [engine.run([job]) for job in batch], reps)
+        together, apart = alternating([(lambda: engine.run(batch), NOTHING),
+                                       (lambda: [engine.run([job]) for job in batch], NOTHING)], reps)
         rows.append(("1 batching", f"{count}x{size} tokens: one call / separate calls",
                      f"{together} / {apart} = {apart.times(together)}"))
     engine.close()
@@ -137,22 +147,22 @@ def part_snapshots(reps: int) -> list[Row]:
              f"{len(sample.prefix)} / {len(cached.cache.entries[0].tokens)} / "
              + "+".join(str(len(s)) for s in sample.suffixes))]
     k = iter(range(1, 1000))
-    none = median_ms(lambda: plain.run([job(plain, next(k))]), reps)
-    cold = median_ms(lambda: cached.run([job(cached, next(k))]), reps, before=cached.cache.clear)
-    cached.run([job(cached, 0)])
-    warm = median_ms(lambda: cached.run([job(cached, 0)]), reps)
+    kept = lambda: cached.run([job(cached, 0)])  # state 0 kept (untimed)
+    one_q = lambda e, q: make_job(e, profile, states[0], [q])
+    none, cold, warm, moved, none4, warm4 = alternating([
+        (lambda: plain.run([job(plain, next(k))]), NOTHING),
+        (lambda: cached.run([job(cached, next(k))]), cached.cache.clear),
+        (lambda: cached.run([job(cached, 0)]), kept),
+        # a hit whose snapshot must first move back into position order (as after an eviction)
+        (lambda: cached.run([job(cached, 0)]), lambda: (kept(), cached.cache.lost_placement())),
+        (lambda: [plain.run([one_q(plain, q)]) for q in questions], NOTHING),
+        (lambda: [cached.run([one_q(cached, q)]) for q in questions], kept),
+    ], reps)
     rows += [("2 snapshots", "1 request x 4 questions: no cache", f"{none}"),
              ("2 snapshots", "  cold cache (preamble pinned): faster by", f"{cold} = {none.times(cold)}"),
-             ("2 snapshots", "  warm cache (state kept): faster by", f"{warm} = {none.times(warm)}")]
-    one_q = lambda e, q: make_job(e, profile, states[0], [q])
-    none4 = median_ms(lambda: [plain.run([one_q(plain, q)]) for q in questions], reps)
-    warm4 = median_ms(lambda: [cached.run([one_q(cached, q)]) for q in questions], reps)
-    rows += [("2 snapshots", "4 requests x 1 question: no cache / warm",
-              f"{none4} / {warm4} = {none4.times(warm4)}")]
-    # a hit whose snapshot must first move back into position order (after an eviction below it)
-    cached.run([job(cached, 0)])
-    moved = median_ms(lambda: cached.run([job(cached, 0)]), reps, before=cached.cache.lost_placement)
-    rows += [("2 snapshots", "  warm, the snapshot relocated first", f"{moved}, {moved - warm} more")]
+             ("2 snapshots", "  warm cache (state kept): faster by", f"{warm} = {none.times(warm)}"),
+             ("2 snapshots", "  warm, the snapshot relocated first", f"{moved}, {moved - warm} more"),
+             ("2 snapshots", "4 requests x 1 question: no cache / warm", f"{none4} / {warm4} = {none4.times(warm4)}")]
     s = cached.cache.stats()
     rows += [("2 snapshots", "counters after the runs",
               f"hits {s['hits']} misses {s['misses']} reused {s['reused_tokens']} relocations {s['relocations']}")]
@@ -248,10 +258,11 @@ def part_memory(cache: bool, fill: int) -> list[Row]:
         engine.run([make_job(engine, profile, states[k % len(states)], questions)])
     full = rss()
     s = engine.cache.stats()
-    warm_full = ms(lambda: engine.run([make_job(engine, profile, states[fill - 1], questions)]))
-    engine.cache.clear()
-    engine.run([make_job(engine, profile, states[0], questions)])
-    warm_empty = ms(lambda: engine.run([make_job(engine, profile, states[0], questions)]))
+    small = new_engine()  # the same engine holding one state: a short KV cache to attend over
+    small.run([make_job(small, profile, states[0], questions)])
+    warm_full, warm_empty = alternating([
+        (lambda: engine.run([make_job(engine, profile, states[fill - 1], questions)]), NOTHING),
+        (lambda: small.run([make_job(small, profile, states[0], questions)]), NOTHING)], 3)
     return [("4 memory", "engine RSS, 16 x 8192-token cache: empty / filled",
              f"{empty - before:.0f} / {full - before:.0f} MB (process {full:.0f} MB)"),
             ("4 memory", "filled with: kept / tokens / KV bytes",

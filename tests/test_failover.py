@@ -78,7 +78,7 @@ def refuses_connections(port: int) -> bool:
 
 def test_sigterm_to_the_gateway_finishes_in_flight_requests_and_exits_0(duo):
     pids = {w["id"]: w["pid"] for w in workers(duo).values()}
-    payloads = [decision(s) for s in states(4, tag="last ")]
+    payloads = [decision(s) for s in states(4, tag="last ", words=600)]  # long enough to be seen in flight
     with ThreadPoolExecutor(4) as pool:
         running = [pool.submit(post, duo.url, p) for p in payloads]
         duo.wait_for(lambda h: h["fleet"]["inflight"] == 4, "requests in flight")
