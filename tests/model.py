@@ -9,6 +9,7 @@ from shared.model_files import resolve_model
 from shared.profiles import Profile, load_profile
 from worker import warmup
 from worker.engine import Engine, Job
+from worker.snapshots import preamble_tokens
 
 
 @lru_cache(maxsize=1)
@@ -21,3 +22,11 @@ def default_model() -> tuple[Profile, Path]:
 def make_job(engine: Engine, state: str, questions: list[str]) -> Job:
     """A request of the default profile, tokenized like the gateway does."""
     return warmup.make_job(engine, default_model()[0], state, questions)
+
+
+def pinned_engine(*, ctx: int, state_cache: int, state_cache_tokens: int) -> Engine:
+    """An engine on the default model with the profile's preamble pinned, as a worker starts."""
+    profile, path = default_model()
+    engine = Engine(path, ctx=ctx, threads=2, state_cache=state_cache, state_cache_tokens=state_cache_tokens)
+    engine.pin(preamble_tokens(engine.tokenize, profile))
+    return engine

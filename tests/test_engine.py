@@ -7,16 +7,13 @@ import math
 import pytest
 
 from shared.messages import prefix_key
-from tests.model import default_model, make_job
+from tests.model import make_job, pinned_engine
 from worker.engine import Engine, Job
-from worker.snapshots import preamble_tokens
 
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    profile, path = default_model()
-    engine = Engine(path, ctx=2048, threads=2, state_cache=4, state_cache_tokens=2048)
-    engine.pin(preamble_tokens(engine.tokenize, profile))
+    engine = pinned_engine(ctx=2048, state_cache=4, state_cache_tokens=2048)
     yield engine
     engine.close()
 

@@ -13,9 +13,9 @@ from shared.messages import prefix_key
 from tests.fake_cells import FakeCells, OutOfOrder, run_batch
 from tests.fleet import post_json
 from tests.kv_layout import in_position_order
-from tests.model import default_model, make_job
+from tests.model import default_model, make_job, pinned_engine
 from worker.engine import Engine
-from worker.snapshots import SnapshotCache, common_prefix, preamble_tokens
+from worker.snapshots import SnapshotCache, common_prefix
 
 PREAMBLE = list(range(1000, 1040))  # 40 tokens every prompt starts with
 
@@ -184,9 +184,7 @@ def fresh() -> Engine:
 @pytest.fixture(scope="module")
 def cached() -> Engine:
     """The preamble and two states fit: a third state evicts, and hits must relocate."""
-    profile, path = default_model()
-    engine = Engine(path, ctx=1024, threads=2, state_cache=3, state_cache_tokens=900)
-    engine.pin(preamble_tokens(engine.tokenize, profile))
+    engine = pinned_engine(ctx=1024, state_cache=3, state_cache_tokens=900)
     yield engine
     engine.close()
 
