@@ -23,6 +23,8 @@ class Limits:
 
 
 class Loaded(Protocol):
+    """What capacity needs to know of a worker; routing's Candidate adds the rest."""
+
     @property
     def queued_tokens(self) -> int: ...
 

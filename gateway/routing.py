@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Collection, Iterable, Protocol
 
-from gateway.capacity import Limits, fits
+from gateway.capacity import Limits, Loaded, fits
 
 
 class PrefixMemory:
@@ -36,15 +36,9 @@ class PrefixMemory:
         return len(self._keys)
 
 
-class Candidate(Protocol):
+class Candidate(Loaded, Protocol):
     @property
     def routable(self) -> bool: ...
-
-    @property
-    def queued_tokens(self) -> int: ...
-
-    @property
-    def queued_requests(self) -> int: ...
 
     last_sent: float
 
