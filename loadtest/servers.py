@@ -88,11 +88,12 @@ def stop(proc: subprocess.Popen, timeout: float = 90.0) -> None:
             proc.wait()
 
 
-def jevfleet(log_dir: Path) -> AbstractContextManager[str]:
-    """Our fleet as `jevfleet serve` runs it (supervisord, gateway, workers per the config)."""
+def jevfleet(log_dir: Path, name: str = "jevfleet", flags: tuple[str, ...] = ()) -> AbstractContextManager[str]:
+    """Our fleet as `jevfleet serve` runs it (supervisord, gateway, workers per the config),
+    with `flags` added to its command line."""
     port = free_port()
-    cmd = [sys.executable, "-m", "jevfleet", "serve", "--port", str(port), "--run-dir", str(log_dir / "fleet")]
-    return running("jevfleet", cmd, port, fleet_ready, log_dir)
+    cmd = [sys.executable, "-m", "jevfleet", "serve", "--port", str(port), "--run-dir", str(log_dir / name), *flags]
+    return running(name, cmd, port, fleet_ready, log_dir)
 
 
 def llama_cpp_python(gguf: Path, log_dir: Path, *, threads: int, ctx: int) -> AbstractContextManager[str]:

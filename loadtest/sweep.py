@@ -5,9 +5,11 @@
 
 Targets are measured one after the other on the same machine, GGUF, thread count and prompts:
   jevfleet          our fleet at --host, or one the sweep starts (and stops) when --host is absent
+  jevfleet-fast     a fleet the sweep starts with --mode fast (llama.cpp's own kernels, weight
+                    repacking, no determinism guarantee): what the deterministic default costs
   llama-cpp-python  `python -m llama_cpp.server` on the same GGUF, started and stopped here
   llama-server      llama.cpp's server, built on first use into the cache dir (loadtest/llama_server.py)
-`both` = jevfleet + llama-cpp-python; `all` adds llama-server. Each target gets a short unmeasured
+`both` = jevfleet + llama-cpp-python; `all` is every target. Each target gets a short unmeasured
 warm-up run first, and every measured run starts once one probe request has been answered (so
 work abandoned by the previous run does not land in the next one). DIR gets results.md, throughput_latency.png (rewritten after every run, so an
 interrupted sweep keeps what it measured), rows.json and the logs of every Locust run and server.
@@ -35,9 +37,10 @@ from shared.config import load_settings
 from shared.model_files import resolve_model
 from shared.profiles import load_profile
 
-TARGETS = ("jevfleet", "llama-cpp-python", "llama-server")
+TARGETS = ("jevfleet", "jevfleet-fast", "llama-cpp-python", "llama-server")
 ALIASES = {"both": ("jevfleet", "llama-cpp-python"), "all": TARGETS}
-USER_CLASS = {"jevfleet": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser", "llama-server": "LlamaServerUser"}
+USER_CLASS = {"jevfleet": "JevfleetUser", "jevfleet-fast": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser",
+              "llama-server": "LlamaServerUser"}
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 SETTLE_TIMEOUT_S = 600.0
 
@@ -99,7 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
     p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3 or a comma list")
     p.add_argument("--target", type=target_list, default=["jevfleet"],
-                   help="jevfleet, llama-cpp-python, llama-server, both (first two), all, or a comma list")
+                   help="jevfleet, jevfleet-fast, llama-cpp-python, llama-server, both (jevfleet + "
+                        "llama-cpp-python), all, or a comma list")
     p.add_argument("--out", type=Path, required=True, help="directory for results.md, the plot and logs")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2,
                    help="threads for the baselines (our workers use their pinned cores)")
@@ -137,6 +141,8 @@ class Sweep:
         a = self.args
         if target == "jevfleet":
             return nullcontext(a.host.rstrip("/")) if a.host else servers.jevfleet(self.logs)
+        if target == "jevfleet-fast":
+            return servers.jevfleet(self.logs, target, ("--mode", "fast"))
         if target == "llama-cpp-python":
             return servers.llama_cpp_python(self.gguf, self.logs, threads=a.threads, ctx=a.baseline_ctx)
         binary = a.llama_server or ensure_llama_server(self.cache)
@@ -161,12 +167,13 @@ class Sweep:
     def measure(self, target: str, url: str, workload: str, users: int) -> None:
         self.runs_done += 1
         self.settle(target, url, workload)
-        before = fleet_metrics.scrape(url) if target == "jevfleet" else {}
+        ours = target.startswith("jevfleet")
+        before = fleet_metrics.scrape(url) if ours else {}
         stats = self.locust(target, url, workload, users=users, duration=self.args.duration,
                             tag=f"{self.runs_done}/{self.runs_total}")
         row = results.row_from_locust_json(stats, target=target, workload=workload, users=users,
                                            seconds=self.args.duration)
-        split = fleet_metrics.breakdown(before, fleet_metrics.scrape(url)) if target == "jevfleet" else None
+        split = fleet_metrics.breakdown(before, fleet_metrics.scrape(url)) if ours else None
         if split is not None:
             row = replace(row, queue_ms=split.queue_ms, inference_ms=split.inference_ms, batch=split.batch)
         self.rows.append(row)
