@@ -28,10 +28,9 @@ import psutil
 from shared.config import load_settings
 from shared.messages import Result
 from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile, load_profile, preamble_tokens
 from worker.engine import Engine, Job
 from worker.scheduler import Pending, Scheduler
-from worker.snapshots import preamble_tokens
 from worker.warmup import IdleWarmup, make_job, startup_warmup
 
 WORKLOADS = json.loads((Path(__file__).with_name("workloads.json")).read_text())

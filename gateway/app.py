@@ -105,7 +105,7 @@ async def systemone(request: web.Request) -> web.Response:
     score = Score(request_id=uuid.uuid4().hex, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
     try:
-        result = await app[FLEET].submit(score, tokens.count)
+        result = await app[FLEET].submit(score)
     except Unavailable as exc:  # 429 every queue full, 503 no worker / past deadline
         raise overloaded(exc.status, str(exc), retry_after=exc.retry_after) from None
     record_batch(request, result.batch_requests)
@@ -164,7 +164,7 @@ def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
     app[MODEL_FILE] = resolve_model(profile, settings.cache_path, settings.model)
     app[TOKENIZER] = Tokenizer(app[MODEL_FILE], profile, threads=settings.tokenizer_threads,
                                deterministic=settings.mode == "deterministic")
-    app[FLEET] = Fleet(settings)
+    app[FLEET] = Fleet(settings, preamble_tokens=app[TOKENIZER].preamble_tokens)
 
     async def fleet_ctx(app: web.Application):
         settings.run_path.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """How much a worker may queue, how fast it reads, and how long a refused client should wait.
 
-Queues are bounded per worker in tokens and in requests, so an overload turns into fast 429s
+Queues are bounded per worker in tokens to read (routing.Work) and in requests, so an overload turns into fast 429s
 instead of a queue that grows until every request misses its deadline. Retry-After is the
 time until some worker has room, from its queued tokens and its measured reading rate.
 """
@@ -26,7 +26,8 @@ class Loaded(Protocol):
     """What capacity needs to know of a worker; routing's Candidate adds the rest."""
 
     @property
-    def queued_tokens(self) -> int: ...
+    def queued_reads(self) -> int:
+        """Tokens the worker will read for its queue (routing.Work.cost summed)."""
 
     @property
     def queued_requests(self) -> int: ...
@@ -40,13 +41,13 @@ def fits(worker: Loaded, tokens: int, limits: Limits) -> bool:
     if worker.queued_requests == 0:
         return True
     return (worker.queued_requests < limits.queue_requests
-            and worker.queued_tokens + tokens <= limits.queue_tokens)
+            and worker.queued_reads + tokens <= limits.queue_tokens)
 
 
 def seconds_until_room(worker: Loaded, tokens: int, limits: Limits) -> float:
     """Time for `worker` to read enough of its queue that `tokens` more would fit."""
-    excess_tokens = worker.queued_tokens + tokens - limits.queue_tokens
-    per_request = worker.queued_tokens / max(1, worker.queued_requests)
+    excess_tokens = worker.queued_reads + tokens - limits.queue_tokens
+    per_request = worker.queued_reads / max(1, worker.queued_requests)
     excess_requests = (worker.queued_requests - limits.queue_requests + 1) * per_request
     return max(0.0, excess_tokens, excess_requests) / worker.tokens_per_s
 

@@ -20,7 +20,7 @@ import zmq
 import zmq.asyncio
 
 from gateway.capacity import Limits, TokenRate, fits, retry_after_s
-from gateway.routing import PrefixMemory, choose
+from gateway.routing import PrefixMemory, Work, choose
 from shared import curve
 from shared.config import Settings
 from shared.messages import Cancel, Drain, Error, Message, Ping, Ready, Result, Score, decode, encode, prefix_key
@@ -82,7 +82,11 @@ class WorkerState:
 
     @property
     def queued_tokens(self) -> int:
-        return sum(i.tokens for i in self.inflight.values())
+        return sum(i.work.prompt for i in self.inflight.values())
+
+    @property
+    def queued_reads(self) -> int:
+        return sum(i.cost for i in self.inflight.values())
 
     @property
     def queued_requests(self) -> int:
@@ -102,6 +106,7 @@ class WorkerState:
             "cores": self.cores,
             "state": self.state,
             "queued_tokens": self.queued_tokens,
+            "queued_reads": self.queued_reads,
             "queued_requests": self.queued_requests,
             "served": self.served,
             "tokens_per_s": round(self.tokens_per_s, 1),
@@ -112,9 +117,9 @@ class WorkerState:
 @dataclass(eq=False)
 class Inflight:
     score: Score
-    tokens: int
-    key: str  # prefix_key(score.prefix), for affinity
+    work: Work
     future: asyncio.Future[Result]
+    cost: int = 0  # work.cost(worker) when it was assigned: its share of that worker's queue
     worker: WorkerState | None = None
     resends: int = 0
     lost_at: float = 0.0  # when a worker holding it was lost (monotonic), for the log
@@ -122,8 +127,10 @@ class Inflight:
 
 
 class Fleet:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, preamble_tokens: int = 0) -> None:
+        """preamble_tokens: how many tokens every prompt starts with that each worker keeps."""
         self.settings = settings
+        self.preamble_tokens = preamble_tokens
         self.endpoint = settings.zmq_endpoint
         self.heartbeat_s = settings.heartbeat_s
         self.dead_after_s = settings.dead_after_s
@@ -176,15 +183,21 @@ class Fleet:
         return {**self.counters, "inflight": len(self._inflight), "parked": len(self._parked)}
 
     # --- requests -----------------------------------------------------------------------
-    async def submit(self, score: Score, tokens: int) -> Result:
+    def work(self, score: Score) -> Work:
+        questions = sum(len(s) for s in score.suffixes)
+        state = max(0, len(score.prefix) - self.preamble_tokens)
+        return Work(key=prefix_key(score.prefix), prompt=len(score.prefix) + questions, cold=state + questions,
+                    warm=questions)
+
+    async def submit(self, score: Score) -> Result:
         """Send to a worker and wait for its result, resent elsewhere if that worker is lost.
         Raises Unavailable at once when no worker can take it (429/503), or at its deadline."""
-        key = prefix_key(score.prefix)
-        worker = choose(self.workers.values(), key=key, tokens=tokens, limits=self.limits)
+        work = self.work(score)
+        worker = choose(self.workers.values(), work, limits=self.limits)
         if worker is None:
-            raise self._refusal(tokens)
+            raise self._refusal(work.cold)
         loop = asyncio.get_running_loop()
-        item = Inflight(score=score, tokens=tokens, key=key, future=loop.create_future())
+        item = Inflight(score=score, work=work, future=loop.create_future())
         self._inflight[score.request_id] = item
         try:
             self._assign(worker, item)
@@ -226,7 +239,7 @@ class Fleet:
     def _expire(self, item: Inflight) -> None:
         self.counters["expired"] += 1
         item.future.set_exception(Unavailable(503, "the request waited past its deadline",
-                                              self._retry_after(item.tokens)))
+                                              self._retry_after(item.work.cold)))
 
     def _retry_after(self, tokens: int) -> int:
         up = [w for w in self.workers.values() if w.up]
@@ -234,8 +247,9 @@ class Fleet:
 
     def _assign(self, worker: WorkerState, item: Inflight) -> None:
         item.worker = worker
+        item.cost = item.work.cost(worker)
         worker.inflight[item.score.request_id] = item
-        worker.memory.touch(item.key)
+        worker.memory.touch(item.work.key)
         worker.last_sent = time.monotonic()
         self._send(worker, item.score)  # if that fails, the worker is marked down and the item resent
 
@@ -259,8 +273,8 @@ class Fleet:
         if item.score.deadline <= time.time():  # a worker would only answer "expired"
             self._expire(item)
             return
-        worker = choose(self.workers.values(), key=item.key, tokens=item.tokens, limits=self.limits,
-                        exclude=item.tried, ignore_limits=True)
+        worker = choose(self.workers.values(), item.work, limits=self.limits, exclude=item.tried,
+                        ignore_limits=True)
         if worker is None:
             self._parked.append(item)
         else:
@@ -276,7 +290,7 @@ class Fleet:
         if counted:
             if item.resends >= RESENDS:
                 item.future.set_exception(Unavailable(503, "two workers were lost while holding the request",
-                                                      self._retry_after(item.tokens)))
+                                                      self._retry_after(item.work.cold)))
                 return
             item.resends += 1
         self.counters["resent"] += 1
@@ -357,7 +371,7 @@ class Fleet:
         if isinstance(msg, Result):
             if answered_by is not None:
                 answered_by.served += 1
-                answered_by.rate.add(msg.read_tokens + msg.reused_tokens, msg.run_ms / 1000)
+                answered_by.rate.add(msg.read_tokens, msg.run_ms / 1000)  # new tokens, like Work
             if item.lost_at:
                 log.info("request %s re-served %.0f ms after its worker was lost", msg.request_id,
                          (time.monotonic() - item.lost_at) * 1000)

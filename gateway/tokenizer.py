@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from shared.llama import llama, load_model, tokenize
-from shared.profiles import Profile
+from shared.profiles import Profile, preamble_tokens
 
 
 class Tokenizer:
@@ -20,6 +21,7 @@ class Tokenizer:
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tokenize")
         self.yes_ids = self._answer_ids(profile.yes)
         self.no_ids = self._answer_ids(profile.no)
+        self.preamble_tokens = len(preamble_tokens(partial(tokenize, self.vocab), profile))
 
     def _answer_ids(self, words: tuple[str, ...]) -> list[int]:
         """The first token of each answer word (" Yes" and " yes" are single tokens in Gemma)."""

@@ -25,7 +25,7 @@ HELP = {
     "endpoint": "ZeroMQ endpoint of the gateway (default ipc://<run-dir>/workers.ipc)",
     "heartbeat_s": "worker heartbeat period, seconds (default 0.5)",
     "dead_after_s": "a worker silent this long is taken out of service (default 2)",
-    "queue_tokens": "tokens queued per worker at most before 429 (default 4096)",
+    "queue_tokens": "tokens a worker's queue may make it read before 429; kept prefixes not counted (default 4096)",
     "queue_requests": "requests queued per worker at most before 429 (default 32)",
     "affinity_slack_tokens": "a worker holding the state prefix gets the request while its queue is "
                              "at most this many tokens longer than the least loaded (default 384)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from shared.config import CONF_DIR
 
@@ -79,3 +80,13 @@ def load_profile(name_or_path: str) -> Profile:
         bias=float(cal.get("bias", 0.0)),
         source=path,
     )
+
+
+def preamble_tokens(tokenize: Callable[..., list[int]], profile: Profile) -> list[int]:
+    """The tokens every prompt of `profile` starts with: the preamble as it tokenizes in front
+    of a state (the boundary token may merge), found as the common prefix of two prompts.
+    Workers keep them read; the gateway does not count them as queued work."""
+    a = tokenize(profile.preamble + profile.prefix.format(state="alpha"), add_bos=profile.add_bos)
+    b = tokenize(profile.preamble + profile.prefix.format(state="Zulu 9"), add_bos=profile.add_bos)
+    same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return a[:same]

@@ -6,10 +6,9 @@ from pathlib import Path
 
 from shared.config import load_settings
 from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile, load_profile, preamble_tokens
 from worker import warmup
 from worker.engine import Engine, Job
-from worker.snapshots import preamble_tokens
 
 
 @lru_cache(maxsize=1)

@@ -10,7 +10,7 @@ LIMITS = Limits(queue_tokens=1000, queue_requests=4)
 
 @dataclass
 class Q:
-    queued_tokens: int
+    queued_reads: int
     queued_requests: int
     tokens_per_s: float = 100.0
 

@@ -36,9 +36,9 @@ async def until(predicate, what: str, timeout: float = 3.0) -> None:
 
 
 @asynccontextmanager
-async def running(s: Settings):
+async def running(s: Settings, preamble_tokens: int = 0):
     """A started Fleet and a factory of fake workers connected to it; all closed afterwards."""
-    fleet = Fleet(s)
+    fleet = Fleet(s, preamble_tokens=preamble_tokens)
     await fleet.start()
     ctx = zmq.asyncio.Context()
     made: list[FakeWorker] = []
@@ -68,7 +68,7 @@ def test_a_request_reaches_a_worker_and_its_result_comes_back(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a = await worker("a")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             msg = await a.recv()
             assert (msg.request_id, msg.prefix) == ("r1", PREFIX)
             await a.answer(msg, margin=0.5, read=1000, run_ms=500)
@@ -79,12 +79,27 @@ def test_a_request_reaches_a_worker_and_its_result_comes_back(tmp_path):
     run(go())
 
 
+def test_the_queue_bound_counts_what_the_worker_will_read(tmp_path):
+    """Not the preamble every worker keeps, and not the state a worker was just sent."""
+    async def go():
+        async with running(settings(tmp_path), preamble_tokens=3) as (fleet, worker):
+            a = await worker("a")
+            tasks = [asyncio.create_task(fleet.submit(score(rid))) for rid in ("r1", "r2")]
+            for _ in tasks:
+                await a.recv()
+            # r1: 1 state token after the 3-token preamble + 2 question tokens; r2: its questions only
+            assert (fleet.workers["a"].queued_reads, fleet.workers["a"].queued_tokens) == (3 + 2, 6 + 6)
+            for task in tasks:
+                task.cancel()
+    run(go())
+
+
 def test_a_dropped_connection_resends_its_requests_to_another_worker(tmp_path):
     async def go():
         # dead_after_s is long: only the disconnect (monitor + ping) can find the loss in time
         async with running(settings(tmp_path, dead_after_s=30)) as (fleet, worker):
             a, b = await worker("a"), await worker("b")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             first = await a.recv()
             a.close()
             again = await b.recv()
@@ -99,7 +114,7 @@ def test_a_silent_worker_is_taken_out_and_its_requests_resent(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a, b = await worker("a"), await worker("b")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             await a.recv()
             a.stop_beating()  # connected but silent, e.g. stopped or wedged
             await b.answer(await b.recv())
@@ -112,7 +127,7 @@ def test_silence_alone_does_not_use_up_the_one_resend(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a, b = await worker("a"), await worker("b")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             await a.recv()
             a.stop_beating()  # a is only slow: its request goes to b, which then dies
             await b.recv()
@@ -128,7 +143,7 @@ def test_a_request_is_resent_once_then_answered_503(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a, b = await worker("a"), await worker("b")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             await a.recv()
             a.close()
             await b.recv()
@@ -143,7 +158,7 @@ def test_with_no_other_worker_a_lost_request_waits_for_the_restart(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a = await worker("a", pid=100)
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             await a.recv()
             a.close()
             await until(lambda: fleet.describe()["parked"] == 1, "parked")
@@ -157,14 +172,14 @@ def test_a_draining_worker_hands_its_queue_back_and_gets_no_new_work(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a, b = await worker("a"), await worker("b")
-            tasks = [asyncio.create_task(fleet.submit(score(rid), 10)) for rid in ("r1", "r2")]
+            tasks = [asyncio.create_task(fleet.submit(score(rid))) for rid in ("r1", "r2")]
             got = [await a.recv(), await a.recv()]  # same state: affinity keeps both on a
             await a.send(Drain(worker_id="a", request_ids=[m.request_id for m in got]))
             for _ in got:
                 await b.answer(await b.recv())
             await asyncio.gather(*tasks)
             assert fleet.workers["a"].state == "draining" and fleet.counters["handed_back"] == 2
-            late = asyncio.create_task(fleet.submit(score("r3"), 10))
+            late = asyncio.create_task(fleet.submit(score("r3")))
             await b.answer(await b.recv())
             await late
     run(go())
@@ -174,7 +189,7 @@ def test_a_request_refused_by_a_draining_worker_is_placed_again(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a, b = await worker("a"), await worker("b")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             await a.send(Error(request_id=(await a.recv()).request_id, code="draining", message="stopping"))
             await b.answer(await b.recv())
             await task
@@ -185,11 +200,11 @@ def test_full_queues_answer_429_at_once_with_an_estimated_retry_after(tmp_path):
     async def go():
         async with running(settings(tmp_path, queue_requests=1)) as (fleet, worker):
             a = await worker("a", cores=(0,))
-            first = asyncio.create_task(fleet.submit(score("r1"), 1000))
+            first = asyncio.create_task(fleet.submit(score("r1", prefix=list(range(998)))))
             await a.recv()
             with pytest.raises(Unavailable) as err:
-                await fleet.submit(score("r2"), 10)
-            # 1000 queued tokens at the default 200 tokens/s of one core
+                await fleet.submit(score("r2"))
+            # 998 + 2 queued tokens at the default 200 tokens/s of one core
             assert (err.value.status, err.value.retry_after) == (429, 5)
             early = fleet.refusal_when_full()  # what the door answers before reading a body
             assert (early.status, early.retry_after) == (429, 5)
@@ -203,7 +218,7 @@ def test_no_worker_at_all_is_503(tmp_path):
         async with running(settings(tmp_path)) as (fleet, _):
             assert fleet.refusal_when_full() is None  # the request path answers (422 or 503)
             with pytest.raises(Unavailable) as err:
-                await fleet.submit(score("r1"), 10)
+                await fleet.submit(score("r1"))
             assert err.value.status == 503 and err.value.retry_after >= 1
     run(go())
 
@@ -212,7 +227,7 @@ def test_past_its_deadline_a_queued_request_is_withdrawn_and_answered_503(tmp_pa
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a = await worker("a")
-            task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.3), 10))
+            task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.3)))
             await a.recv()
             assert await a.recv() == Cancel(request_id="r1")  # at the deadline
             await a.send(Error(request_id="r1", code="cancelled", message="dropped before it ran"))
@@ -227,7 +242,7 @@ def test_a_request_already_running_at_its_deadline_is_allowed_to_finish(tmp_path
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a = await worker("a")
-            task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.3), 10))
+            task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.3)))
             first = await a.recv()
             assert await a.recv() == Cancel(request_id="r1")  # too late: it is being read
             await a.answer(first, margin=4.0)
@@ -239,7 +254,7 @@ def test_a_parked_request_is_answered_503_at_its_deadline(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a = await worker("a")
-            task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.5), 10))
+            task = asyncio.create_task(fleet.submit(score("r1", deadline_s=0.5)))
             await a.recv()
             a.close()  # no other worker, none comes back
             with pytest.raises(Unavailable) as err:
@@ -252,7 +267,7 @@ def test_a_worker_reporting_expiry_gives_503(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a = await worker("a")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             await a.send(Error(request_id=(await a.recv()).request_id, code="expired", message="late"))
             with pytest.raises(Unavailable) as err:
                 await task
@@ -264,7 +279,7 @@ def test_a_client_that_leaves_has_its_queued_work_cancelled(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
             a = await worker("a")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             await a.recv()
             task.cancel()  # what aiohttp does to the handler when the client disconnects
             assert await a.recv() == Cancel(request_id="r1")
@@ -293,7 +308,7 @@ def test_advertised_snapshots_attract_requests_with_that_state(tmp_path):
             a, b = await worker("a"), await worker("b")
             b.snapshot_keys = [prefix_key(PREFIX)]
             await until(lambda: fleet.workers["b"].snapshot_keys, "b's snapshots known")
-            task = asyncio.create_task(fleet.submit(score("r1"), 10))
+            task = asyncio.create_task(fleet.submit(score("r1")))
             await b.answer(await b.recv())  # a would win the tie between idle workers
             await task
             assert await a.nothing_for(0.1)

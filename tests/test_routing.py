@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.capacity import Limits
-from gateway.routing import PrefixMemory, choose
+from gateway.routing import PrefixMemory, Work, choose
 
 LIMITS = Limits(queue_tokens=4096, queue_requests=32, affinity_slack_tokens=384)
 
@@ -17,13 +17,19 @@ class W:
     routable: bool = True
     last_sent: float = 0.0
     keys: set[str] = field(default_factory=set)
+    reads: int | None = None  # tokens to read for its queue; default: as many as queued
+
+    @property
+    def queued_reads(self) -> int:
+        return self.queued_tokens if self.reads is None else self.reads
 
     def holds(self, key: str) -> bool:
         return key in self.keys
 
 
-def pick(workers, key="k", tokens=100, **kw):
-    chosen = choose(workers, key=key, tokens=tokens, limits=kw.pop("limits", LIMITS), **kw)
+def pick(workers, key="k", tokens=100, warm=None, **kw):
+    work = Work(key=key, prompt=tokens, cold=tokens, warm=tokens if warm is None else warm)
+    chosen = choose(workers, work, limits=kw.pop("limits", LIMITS), **kw)
     return chosen.name if chosen else None
 
 
@@ -67,6 +73,11 @@ def test_affinity_never_overrides_the_queue_limit():
     assert pick([W("holder", 4000, 1, keys={"k"}), W("b", 3900, 1)], tokens=150) == "b"
 
 
+def test_the_queue_bound_counts_tokens_to_read_and_a_holder_reads_only_the_questions():
+    assert pick([W("holder", 9000, 1, reads=4000, keys={"k"})], tokens=500, warm=20) == "holder"  # 4020 <= 4096
+    assert pick([W("other", 9000, 1, reads=4000)], tokens=500, warm=20) is None  # 4500 > 4096
+
+
 def test_repeated_states_stick_to_one_worker_and_new_states_spread():
     """A small simulation: requests arrive one at a time into idle workers; each send is
     remembered the way the Fleet does."""
@@ -76,7 +87,7 @@ def test_repeated_states_stick_to_one_worker_and_new_states_spread():
         w.holds = memories[w.name].__contains__
     where: dict[str, set[str]] = {}
     for clock, state in enumerate(["s1", "s2", "s3"] * 4):
-        w = choose(workers, key=state, tokens=100, limits=LIMITS)
+        w = choose(workers, Work(key=state, prompt=300, cold=100, warm=10), limits=LIMITS)
         memories[w.name].touch(state)
         w.last_sent = float(clock + 1)
         where.setdefault(state, set()).add(w.name)

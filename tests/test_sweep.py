@@ -8,8 +8,17 @@ import sys
 
 import pytest
 
-from loadtest.sweep import seconds, target_list, user_counts, workload_list
+from loadtest.protocols import PROTOCOLS
+from loadtest.sweep import LOCUSTFILE, PROTOCOL_OF, TARGETS, USER_CLASS, seconds, target_list, user_counts, workload_list
 from tests.fleet import ROOT, Fleet
+
+
+def test_every_target_has_a_protocol_and_a_locust_user_class():
+    source = LOCUSTFILE.read_text()  # not imported: locust monkey-patches the process with gevent
+    for target in TARGETS:
+        protocol = PROTOCOL_OF[target]
+        assert protocol in PROTOCOLS
+        assert f"class {USER_CLASS[protocol]}(DecisionUser):\n    protocol = PROTOCOLS[{protocol!r}]" in source.replace('"', "'")
 
 
 def test_durations_and_lists_parse_or_are_refused():

@@ -7,12 +7,12 @@ import threading
 import pytest
 
 from shared.messages import Result
+from shared.profiles import preamble_tokens
 from tests.model import default_model, make_job
 from tests.test_scheduler import Collector
 from worker.engine import Engine
 from worker.pieces import piece_sizes
 from worker.scheduler import Pending, Scheduler
-from worker.snapshots import preamble_tokens
 from worker.warmup import IdleWarmup, startup_warmup
 
 

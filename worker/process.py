@@ -23,11 +23,10 @@ from shared import curve
 from shared.config import Settings
 from shared.messages import Cancel, Drain, Error, Heartbeat, Message, Ready, Score, decode, encode
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile, load_profile, preamble_tokens
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
 from worker.scheduler import Pending, Scheduler
-from worker.snapshots import preamble_tokens
 from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
 
 log = logging.getLogger("jevfleet.worker")

@@ -294,10 +294,3 @@ class SnapshotCache:
             for e in movers[done:]:  # a failed restore loses the rest, never serves them half
                 self._forget(e)
 
-
-def preamble_tokens(tokenize, profile) -> list[int]:
-    """The tokens every prompt of `profile` starts with: the preamble as it tokenizes in front
-    of a state (the boundary token may merge), found as the common prefix of two prompts."""
-    a = tokenize(profile.preamble + profile.prefix.format(state="alpha"), add_bos=profile.add_bos)
-    b = tokenize(profile.preamble + profile.prefix.format(state="Zulu 9"), add_bos=profile.add_bos)
-    return a[: common_prefix(a, b)]
