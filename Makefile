@@ -8,9 +8,10 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 
-# `make loadtest`: a short sweep of our fleet (started and stopped by the sweep) and the baselines,
-# measured in one run, into docs/benchmarks/. llama-server is built once into the cache dir on first
-# use (10-20 min on 2 cores); LOADTEST_TARGET=both skips it. See docs/benchmarks.md.
+# `make loadtest`: a short sweep of our fleet (deterministic and --mode fast, started and stopped by
+# the sweep) and the baselines, measured in one run, into docs/benchmarks/. llama-server is built
+# once into the cache dir on first use (7 min on 2 quiet cores); LOADTEST_TARGET=both skips it.
+# See docs/benchmarks.md.
 LOADTEST_TARGET ?= all
 LOADTEST_USERS ?= 1,2,4,8
 LOADTEST_DURATION ?= 20s

@@ -37,10 +37,11 @@ from shared.config import load_settings
 from shared.model_files import resolve_model
 from shared.profiles import load_profile
 
-TARGETS = ("jevfleet", "jevfleet-fast", "llama-cpp-python", "llama-server")
+PROTOCOL_OF = {"jevfleet": "jevfleet", "jevfleet-fast": "jevfleet", "llama-cpp-python": "llama-cpp-python",
+               "llama-server": "llama-server"}  # target → the API it speaks (loadtest/protocols.py)
+TARGETS = tuple(PROTOCOL_OF)
 ALIASES = {"both": ("jevfleet", "llama-cpp-python"), "all": TARGETS}
-USER_CLASS = {"jevfleet": "JevfleetUser", "jevfleet-fast": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser",
-              "llama-server": "LlamaServerUser"}
+USER_CLASS = {"jevfleet": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser", "llama-server": "LlamaServerUser"}
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 SETTLE_TIMEOUT_S = 600.0
 
@@ -185,7 +186,7 @@ class Sweep:
         """Send one request and wait for its answer before a measured run. When Locust stops a run
         it abandons the requests in flight, and a server may still work them off (a running batch
         cannot be cancelled); on a FIFO server this probe's answer comes after that backlog."""
-        protocol = PROTOCOLS[target]
+        protocol = PROTOCOLS[PROTOCOL_OF[target]]
         status, _ = servers.call(url + protocol.path, protocol.body(self.profile, workloads.load(workload)[0]),
                                  timeout=SETTLE_TIMEOUT_S)
         if status != 200:
@@ -199,7 +200,7 @@ class Sweep:
                "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{duration}s",
                "--host", url, "--workload", workload, "--model-profile", str(self.profile.source),
                "--json-file", str(stats.with_suffix("")),
-               "--loglevel", "WARNING", USER_CLASS[target]]
+               "--loglevel", "WARNING", USER_CLASS[PROTOCOL_OF[target]]]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(servers.ROOT), os.environ.get("PYTHONPATH")]))}
         desc = f"[{tag}] {target} {workload} users={users}"
         if not sys.stdout.isatty():  # no progress bar in a log: one line per run
