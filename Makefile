@@ -60,6 +60,11 @@ bench-decide: $(STAMP)
 bench-engine: $(STAMP)
 	$(PY) -m bench.engine $(BENCH_ARGS)
 
+# Where a short request's time goes in the worker (llama_decode calls, cache size), both modes.
+.PHONY: bench-decode
+bench-decode: $(STAMP)
+	$(PY) -m bench.decode_cost $(BENCH_ARGS)
+
 # The same closed-loop load on fleets of different shapes: 1 worker × 2 threads vs 2 × 1 here.
 # BENCH_ARGS=--quick for a short run; --shapes 1x2,2x2,4x2,8x2 on a bigger machine.
 .PHONY: bench-scaling

@@ -1,0 +1,115 @@
+"""Where a short request's time goes inside the worker: llama_decode calls, cache size.
+
+    make bench-decode                     # or: python -m bench.decode_cost [--reps N]
+
+Written to explain why llama-server answers W1 faster than our fleet (docs/benchmarks.md).
+Per mode (each in a child process: the mode is fixed when llama.cpp is loaded) it prints
+  - reading n tokens in one llama_decode call at position 0, and 48 tokens in three calls of
+    16 (what a W1 request costs us: state in pieces, then the question in its own sequence);
+  - Engine.run on W1 requests with the preamble pinned, as a worker runs them, and the share
+    of that spent inside llama_decode, for two context sizes and two snapshot cache sizes.
+Medians of --reps, milliseconds of wall time. Not run by the tests.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from bench.engine import model, new_engine
+from loadtest import workloads
+from worker.warmup import make_job
+
+SHAPES = ((2,), (16,), (48,), (16, 16, 16))
+CACHES = ((2048, 600), (2048, 8192), (8192, 600), (8192, 8192))  # (ctx, snapshot tokens)
+
+
+def median_ms(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps + 2):  # the first two are not counted
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times[2:])
+
+
+def calls(mode: str, reps: int) -> dict[str, float]:
+    engine = new_engine(mode=mode, pin=False)
+    tokens = engine.tokenize("The parcel came late and the box was crushed; the customer wants a refund. " * 4)
+
+    def read(shape: tuple[int, ...]) -> None:
+        at = 0
+        for n in shape:
+            engine._read([(0, at, tokens[at:at + n], None)], None)
+            at += n
+        engine.remove(0)
+
+    out = {"+".join(map(str, s)): median_ms(lambda s=s: read(s), reps) for s in SHAPES}
+    engine.close()
+    return out
+
+
+def requests(mode: str, reps: int) -> dict[str, list[float]]:
+    profile, items = model()[0], workloads.load("W1")
+    out = {}
+    for ctx, snapshot_tokens in CACHES:
+        engine = new_engine(mode=mode, ctx=ctx, cache_tokens=snapshot_tokens)
+        inner, decode_ms, read = engine._read, [0.0], [0]
+
+        def timed(items, on_logits):
+            start = time.perf_counter()
+            n = inner(items, on_logits)
+            decode_ms[0] += (time.perf_counter() - start) * 1000
+            return n
+
+        engine._read = timed
+        runs = []
+        for item in items[: reps + 2]:
+            job = make_job(engine, profile, item.state, [item.question])
+            decode_ms[0] = 0.0
+            start = time.perf_counter()
+            read[0] = engine.run([job])
+            runs.append(((time.perf_counter() - start) * 1000, decode_ms[0], read[0]))
+        runs = runs[2:]
+        out[f"ctx {ctx}, snapshots {snapshot_tokens}"] = [statistics.median(r[i] for r in runs) for i in range(3)]
+        engine.close()
+    return out
+
+
+def child(mode: str, reps: int) -> None:
+    print(json.dumps({"calls": calls(mode, reps), "requests": requests(mode, reps)}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--child", choices=["deterministic", "fast"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.reps)
+    results = {}
+    for mode in ("deterministic", "fast"):
+        print(f"measuring {mode} mode…", file=sys.stderr, flush=True)
+        out = subprocess.run([sys.executable, "-m", "bench.decode_cost", "--child", mode, "--reps", str(args.reps)],
+                             capture_output=True, text=True, check=True).stdout
+        results[mode] = json.loads(out.strip().splitlines()[-1])
+    modes = list(results)
+    print(f"\nllama_decode calls at position 0 (ms, median of {args.reps})")
+    print(f"{'tokens per call':<22}" + "".join(f"{m:>16}" for m in modes))
+    for shape in results[modes[0]]["calls"]:
+        print(f"{shape:<22}" + "".join(f"{results[m]['calls'][shape]:>16.1f}" for m in modes))
+    print(f"\nW1 requests through Engine.run, preamble pinned (ms, median of {args.reps})")
+    print(f"{'cache':<30}" + "".join(f"{m + ' run / decode / tokens':>36}" for m in modes))
+    for cache in results[modes[0]]["requests"]:
+        cells = []
+        for m in modes:
+            run, decode, read = results[m]["requests"][cache]
+            cells.append(f"{run:.1f} / {decode:.1f} / {read:.0f}")
+        print(f"{cache:<30}" + "".join(f"{c:>36}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
