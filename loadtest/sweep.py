@@ -7,6 +7,8 @@ Targets are measured one after the other on the same machine, GGUF, thread count
   jevfleet          our fleet at --host, or one the sweep starts (and stops) when --host is absent
   jevfleet-fast     a fleet the sweep starts with --mode fast (llama.cpp's own kernels, weight
                     repacking, no determinism guarantee): what the deterministic default costs
+  jevfleet-per-core a fleet the sweep starts with --cores-per-worker 1: one one-thread worker
+                    per core instead of the default one worker per two cores
   llama-cpp-python  `python -m llama_cpp.server` on the same GGUF, started and stopped here
   llama-server      llama.cpp's server, built on first use into the cache dir (loadtest/llama_server.py)
 `both` = jevfleet + llama-cpp-python; `all` is every target. Each target gets a short unmeasured
@@ -37,8 +39,9 @@ from shared.config import load_settings
 from shared.model_files import resolve_model
 from shared.profiles import load_profile
 
-PROTOCOL_OF = {"jevfleet": "jevfleet", "jevfleet-fast": "jevfleet", "llama-cpp-python": "llama-cpp-python",
-               "llama-server": "llama-server"}  # target → the API it speaks (loadtest/protocols.py)
+PROTOCOL_OF = {"jevfleet": "jevfleet", "jevfleet-fast": "jevfleet", "jevfleet-per-core": "jevfleet",
+               "llama-cpp-python": "llama-cpp-python", "llama-server": "llama-server"}  # the API each speaks
+FLEET_FLAGS = {"jevfleet-fast": ("--mode", "fast"), "jevfleet-per-core": ("--cores-per-worker", "1")}
 TARGETS = tuple(PROTOCOL_OF)
 ALIASES = {"both": ("jevfleet", "llama-cpp-python"), "all": TARGETS}
 USER_CLASS = {"jevfleet": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser", "llama-server": "LlamaServerUser"}
@@ -103,8 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
     p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3 or a comma list")
     p.add_argument("--target", type=target_list, default=["jevfleet"],
-                   help="jevfleet, jevfleet-fast, llama-cpp-python, llama-server, both (jevfleet + "
-                        "llama-cpp-python), all, or a comma list")
+                   help=f"{', '.join(TARGETS)}, both (jevfleet + llama-cpp-python), all, or a comma list")
     p.add_argument("--out", type=Path, required=True, help="directory for results.md, the plot and logs")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2,
                    help="threads for the baselines (our workers use their pinned cores)")
@@ -142,8 +144,8 @@ class Sweep:
         a = self.args
         if target == "jevfleet":
             return nullcontext(a.host.rstrip("/")) if a.host else servers.jevfleet(self.logs)
-        if target == "jevfleet-fast":
-            return servers.jevfleet(self.logs, target, ("--mode", "fast"))
+        if target in FLEET_FLAGS:
+            return servers.jevfleet(self.logs, target, FLEET_FLAGS[target])
         if target == "llama-cpp-python":
             return servers.llama_cpp_python(self.gguf, self.logs, threads=a.threads, ctx=a.baseline_ctx)
         binary = a.llama_server or ensure_llama_server(self.cache)
