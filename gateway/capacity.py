@@ -1,8 +1,9 @@
 """How much a worker may queue, how fast it reads, and how long a refused client should wait.
 
-Queues are bounded per worker in tokens to read (routing.Work) and in requests, so an overload turns into fast 429s
-instead of a queue that grows until every request misses its deadline. Retry-After is the
-time until some worker has room, from its queued tokens and its measured reading rate.
+Queues are bounded per worker in tokens to read (routing.Work) and in requests, so an overload
+turns into fast 429s instead of a queue that grows until every request misses its deadline.
+Retry-After is the time until some worker has room, from the tokens its queue will read and
+its measured reading rate.
 """
 from __future__ import annotations
 

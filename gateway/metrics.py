@@ -37,7 +37,10 @@ class FleetCollector(Collector):
         up = GaugeMetricFamily("jevfleet_worker_up", "1 while the worker takes requests, 0 draining or down",
                                labels=["worker"])
         queued_tokens = GaugeMetricFamily("jevfleet_worker_queued_tokens",
-                                          "Tokens sent to the worker and not yet answered", labels=["worker"])
+                                          "Prompt tokens sent to the worker and not yet answered", labels=["worker"])
+        queued_reads = GaugeMetricFamily("jevfleet_worker_queued_reads",
+                                         "Tokens the worker will read for its queue (what queue_tokens bounds)",
+                                         labels=["worker"])
         queued_requests = GaugeMetricFamily("jevfleet_worker_queued_requests",
                                             "Requests sent to the worker and not yet answered", labels=["worker"])
         rate = GaugeMetricFamily("jevfleet_worker_tokens_per_second",
@@ -58,6 +61,7 @@ class FleetCollector(Collector):
             wid = w.worker_id
             up.add_metric([wid], 1.0 if w.up else 0.0)
             queued_tokens.add_metric([wid], w.queued_tokens)
+            queued_reads.add_metric([wid], w.queued_reads)
             queued_requests.add_metric([wid], w.queued_requests)
             rate.add_metric([wid], w.tokens_per_s)
             stats = w.stats if isinstance(w.stats, Mapping) else {}
@@ -75,7 +79,7 @@ class FleetCollector(Collector):
                 snapshot.add_metric([wid, name], value)
         yield GaugeMetricFamily("jevfleet_workers_up", "Workers heartbeating now",
                                 value=sum(1 for w in workers if w.up))
-        yield from (up, queued_tokens, queued_requests, rate, scheduler, hits, misses, ratio, snapshot)
+        yield from (up, queued_tokens, queued_reads, queued_requests, rate, scheduler, hits, misses, ratio, snapshot)
 
 
 def numbers(stats: Mapping[str, Any]) -> Iterator[tuple[str, float]]:

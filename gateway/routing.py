@@ -1,7 +1,7 @@
 """Which worker gets a request: the least loaded, unless another one already holds its state.
 
-Load is queued prompt tokens; among equally loaded workers the one sent to longest ago wins, so an
-idle fleet spreads distinct states over its workers. Prefix affinity: a worker that holds the
+Load is queued prompt tokens; among equally loaded workers the one sent to longest ago wins, so
+an idle fleet spreads distinct states over its workers. Prefix affinity: a worker that holds the
 request's state prefix (it advertised the key as a snapshot, or the gateway sent it that
 prefix recently) gets the request while its queue is at most affinity_slack_tokens longer than
 the least loaded worker's. A repeated state is then read once per fleet, not once per worker,
@@ -74,8 +74,9 @@ def _load(worker: Candidate) -> tuple[int, float]:
 
 def choose(workers: Iterable[Candidate], work: Work, *, limits: Limits,
            exclude: Collection[Candidate] = (), ignore_limits: bool = False) -> Candidate | None:
-    """The worker for `work`, or None when no routable worker (outside `exclude`) has room. ignore_limits is for requests already
-    accepted once (resent after a worker loss): they are owed an answer, not a 429."""
+    """The worker for `work`, or None when no routable worker (outside `exclude`) has room.
+    ignore_limits is for requests already accepted once (resent after a worker loss): they are
+    owed an answer, not a 429."""
     live = [w for w in workers if w.routable and all(w is not x for x in exclude)]
     if not ignore_limits:
         live = [w for w in live if fits(w, work.cost(w), limits)]

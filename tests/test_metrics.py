@@ -52,6 +52,7 @@ def test_worker_stats_are_exported_and_odd_stats_are_skipped():
     assert sample(fams, "jevfleet_snapshot", worker="a", name="bytes") == 1024
     assert not [s for s in fams["jevfleet_snapshot_hits"].samples if s.labels["worker"] != "a"]
     assert sample(fams, "jevfleet_worker_queued_tokens", worker="c") == 0
+    assert sample(fams, "jevfleet_worker_queued_reads", worker="c") == 0
     assert sample(fams, "jevfleet_worker_tokens_per_second", worker="c") > 0
 
 
