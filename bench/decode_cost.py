@@ -7,7 +7,10 @@ Per mode (each in a child process: the mode is fixed when llama.cpp is loaded) i
   - reading n tokens in one llama_decode call at position 0, and 48 tokens in three calls of
     16 (what a W1 request costs us: state in pieces, then the question in its own sequence);
   - Engine.run on W1 requests with the preamble pinned, as a worker runs them, and the share
-    of that spent inside llama_decode, for two context sizes and two snapshot cache sizes.
+    of that spent inside llama_decode, for two context sizes and two snapshot cache sizes;
+  - the same W1 requests sent one at a time by one light client to a real fleet (1 worker,
+    both cores), with the worker's own inference time from Server-Timing: the engine inside
+    the fleet, without Locust on the cores.
 Medians of --reps, milliseconds of wall time. Not run by the tests.
 """
 from __future__ import annotations
@@ -17,10 +20,13 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from bench.engine import model, new_engine
 from loadtest import workloads
+from tests.fleet import post_json, start_fleet
 from worker.warmup import make_job
 
 SHAPES = ((2,), (16,), (48,), (16, 16, 16))
@@ -79,6 +85,28 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
     return out
 
 
+FLEETS = {"fleet, defaults": (), "fleet, --warmup 0": ("--warmup", "0")}
+
+
+def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float]:
+    """(wall, inference) medians of W1 requests sent one at a time to a fresh fleet."""
+    items = workloads.load("W1")[: reps + 2]
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = start_fleet(Path(tmp), workers=1, extra=["--mode", mode, *flags])
+        try:
+            walls, inference = [], []
+            for item in items:
+                start = time.perf_counter()
+                status, headers, body = post_json(fleet.url + "/v1/systemone", workloads.decision_body(item))
+                walls.append((time.perf_counter() - start) * 1000)
+                assert status == 200, body
+                phases = dict(part.split(";dur=") for part in headers["Server-Timing"].split(", "))
+                inference.append(float(phases["inference"]))
+        finally:
+            fleet.stop()
+    return statistics.median(walls[2:]), statistics.median(inference[2:])
+
+
 def child(mode: str, reps: int) -> None:
     print(json.dumps({"calls": calls(mode, reps), "requests": requests(mode, reps)}))
 
@@ -96,6 +124,7 @@ def main() -> None:
         out = subprocess.run([sys.executable, "-m", "bench.decode_cost", "--child", mode, "--reps", str(args.reps)],
                              capture_output=True, text=True, check=True).stdout
         results[mode] = json.loads(out.strip().splitlines()[-1])
+        results[mode]["fleets"] = {name: in_fleet(mode, args.reps, flags) for name, flags in FLEETS.items()}
     modes = list(results)
     print(f"\nllama_decode calls at position 0 (ms, median of {args.reps})")
     print(f"{'tokens per call':<22}" + "".join(f"{m:>16}" for m in modes))
@@ -109,6 +138,11 @@ def main() -> None:
             run, decode, read = results[m]["requests"][cache]
             cells.append(f"{run:.1f} / {decode:.1f} / {read:.0f}")
         print(f"{cache:<30}" + "".join(f"{c:>36}" for c in cells))
+    print(f"\nthe same W1 requests to a 1-worker fleet, one light client (ms, median of {args.reps})")
+    print(f"{'':<30}" + "".join(f"{m + ' wall / inference':>36}" for m in modes))
+    for name in FLEETS:
+        print(f"{name:<30}" + "".join(f"{results[m]['fleets'][name][0]:>26.1f} / {results[m]['fleets'][name][1]:.1f}"
+                                      for m in modes))
 
 
 if __name__ == "__main__":
