@@ -170,7 +170,7 @@ class Sweep:
     def measure(self, target: str, url: str, workload: str, users: int) -> None:
         self.runs_done += 1
         self.settle(target, url, workload)
-        ours = target.startswith("jevfleet")
+        ours = PROTOCOL_OF[target] == "jevfleet"  # our fleet: its /metrics split the time
         before = fleet_metrics.scrape(url) if ours else {}
         stats = self.locust(target, url, workload, users=users, duration=self.args.duration,
                             tag=f"{self.runs_done}/{self.runs_total}")
