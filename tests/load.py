@@ -68,9 +68,14 @@ def noul(outcome: Outcome) -> float:
     return outcome.body["answers"]["q"]["noul"]
 
 
+def by_id(health: dict) -> dict[str, dict]:
+    """A /health body's workers by id."""
+    return {w["id"]: w for w in health.get("workers", [])}
+
+
 def workers(fleet: Fleet) -> dict[str, dict]:
     """/health's workers by id."""
-    return {w["id"]: w for w in fleet.health()[1].get("workers", [])}
+    return by_id(fleet.health()[1])
 
 
 def served_by(fleet: Fleet) -> dict[str, int]:

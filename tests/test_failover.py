@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.fleet import Fleet, start_fleet
-from tests.load import closed_loop, decision, noul, post, served_by, states, workers
+from tests.load import by_id, closed_loop, decision, noul, post, served_by, states, workers
 
 pytestmark = pytest.mark.fleet
 
@@ -62,10 +62,6 @@ def test_sigkill_of_a_worker_under_load_loses_no_request_and_it_comes_back(duo):
           f"{(max(o.ended for o in in_flight) - killed_at) * 1000:.0f} ms after it; gateway: resent requests "
           f"answered {max(map(int, reserved), default=-1)} ms after the loss was detected; "
           f"worker back in service after {back_at - killed_at:.1f} s")
-
-
-def by_id(health: dict) -> dict[str, dict]:
-    return {w["id"]: w for w in health["workers"]}
 
 
 def refuses_connections(port: int) -> bool:

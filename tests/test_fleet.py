@@ -297,7 +297,10 @@ def test_a_restart_replaces_the_old_incarnation_whose_late_beats_are_ignored(tmp
             ghost.worker_id = "a"
             ghost.pid = 100
             await ghost.send(ghost.status())  # a beat of the replaced incarnation, arriving late
-            await asyncio.sleep(0.1)
+            ghost.worker_id, ghost.pid = "b", 7
+            sent = time.monotonic()
+            await ghost.send(ghost.status())  # one socket keeps order: once this is seen, so was that
+            await until(lambda: fleet.workers["b"].last_seen > sent, "the ghost's beats handled")
             assert fleet.workers["a"].pid == 101
     run(go())
 

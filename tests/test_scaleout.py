@@ -3,12 +3,12 @@ affinity, backpressure, cancellation, and membership changes without a gateway r
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from tests.fleet import ROOT, Fleet, start_fleet
-from tests.load import decision, percentile, post, program_pid, rss_kb, served_by, states, workers
+from tests.load import by_id, decision, percentile, post, program_pid, rss_kb, served_by, states, workers
 
 pytestmark = pytest.mark.fleet
 QUEUE_REQUESTS = 4
@@ -87,7 +87,7 @@ def test_a_burst_far_above_capacity_gets_200s_and_429s_with_retry_after_and_memo
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as s:
             tasks = [asyncio.create_task(one(s, p)) for p in payloads]
-            while not any(t.done() and t.result()[0] == 429 for t in tasks):
+            while not any(t.done() and t.result()[0] == 429 for t in tasks) and not all(t.done() for t in tasks):
                 await asyncio.sleep(0.01)
             probes = [await one(s, payloads[0]) for _ in range(5)]  # one at a time, fleet full
             return await asyncio.gather(*tasks), probes  # a reset connection raises: the test fails
@@ -128,8 +128,6 @@ def test_a_client_that_disconnects_has_its_queued_work_cancelled(pair):
 
 
 def json_bytes(payload: dict) -> bytes:
-    import json
-
     return json.dumps(payload).encode()
 
 
@@ -144,24 +142,20 @@ def test_stopping_a_worker_drains_it_and_starting_it_brings_it_back(pair):
     payloads = [decision(s) for s in states(4, tag="drain ", words=140)]
     with ThreadPoolExecutor(4) as pool:
         running = [pool.submit(post, pair.url, p) for p in payloads]
-        pair.wait_for(lambda h: [w["queued_requests"] for w in h["workers"] if w["id"] == victim][0] >= 2,
+        pair.wait_for(lambda h: by_id(h)[victim]["queued_requests"] >= 2,
                       "the victim has a queue")
         pair.supervisorctl("stop", program)
         assert [f.result().status for f in running] == [200] * 4
     assert "stopped: worker_01 (exit status 0)" in (pair.run_dir / "supervisord.log").read_text()
-    health = pair.wait_for(lambda h: workers_by_id(h)[victim]["state"] == "down", "victim down")
+    health = pair.wait_for(lambda h: by_id(h)[victim]["state"] == "down", "victim down")
     assert health["fleet"]["handed_back"] > handed_back
     assert serving_worker(pair, decision(states(1, tag="alone ")[0])) == ids[0]
 
     pair.supervisorctl("start", program)
-    pair.wait_for(lambda h: workers_by_id(h)[victim]["state"] == "up"
-                  and workers_by_id(h)[victim]["pid"] != old_pid, "victim back", timeout=180)
+    pair.wait_for(lambda h: by_id(h)[victim]["state"] == "up"
+                  and by_id(h)[victim]["pid"] != old_pid, "victim back", timeout=180)
     served = {serving_worker(pair, decision(s)) for s in states(3, tag="back ")}
     assert victim in served
-
-
-def workers_by_id(health: dict) -> dict[str, dict]:
-    return {w["id"]: w for w in health["workers"]}
 
 
 def test_an_extra_worker_joins_serves_and_leaves_on_sigterm_with_exit_0(pair):
@@ -170,12 +164,12 @@ def test_an_extra_worker_joins_serves_and_leaves_on_sigterm_with_exit_0(pair):
     log = open(pair.run_dir / "extra_worker.log", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
-        pair.wait_for(lambda h: workers_by_id(h).get("extra", {}).get("state") == "up", "extra up", timeout=180)
+        pair.wait_for(lambda h: by_id(h).get("extra", {}).get("state") == "up", "extra up", timeout=180)
         served = [serving_worker(pair, decision(s)) for s in states(3, tag="extra ")]
         assert "extra" in served
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        pair.wait_for(lambda h: workers_by_id(h)["extra"]["state"] == "down", "extra gone")
+        pair.wait_for(lambda h: by_id(h)["extra"]["state"] == "down", "extra gone")
         assert pair.health()[1]["status"] == "ready"
     finally:
         if proc.poll() is None:

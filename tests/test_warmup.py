@@ -7,8 +7,7 @@ import threading
 import pytest
 
 from shared.messages import Result
-from shared.profiles import preamble_tokens
-from tests.model import default_model, make_job
+from tests.model import default_model, make_job, pinned_engine
 from tests.test_scheduler import Collector
 from worker.engine import Engine
 from worker.pieces import piece_sizes
@@ -55,9 +54,7 @@ def test_an_aborted_warm_call_is_tried_again_later():
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    profile, path = default_model()
-    engine = Engine(path, ctx=1024, threads=2, state_cache=2, state_cache_tokens=1024)
-    engine.pin(preamble_tokens(engine.tokenize, profile))  # as the worker does before warming up
+    engine = pinned_engine(ctx=1024, state_cache=2, state_cache_tokens=1024)  # as a worker warms up
     yield engine
     engine.close()
 
