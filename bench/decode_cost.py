@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.engine import model, new_engine
+from bench.engine import median_ms, model, new_engine
+from gateway.metrics import SERVER_TIMING_ENTRY
 from loadtest import workloads
 from tests.fleet import post_json, start_fleet
 from worker.warmup import make_job
@@ -33,13 +34,7 @@ SHAPES = ((2,), (16,), (48,), (16, 16, 16))
 CACHES = ((2048, 600), (2048, 8192), (8192, 600), (8192, 8192))  # (ctx, snapshot tokens)
 
 
-def median_ms(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps + 2):  # the first two are not counted
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times[2:])
+WARM_RUNS = 2  # runs before the timed ones (first decodes of a shape, page faults)
 
 
 def calls(mode: str, reps: int) -> dict[str, float]:
@@ -53,7 +48,11 @@ def calls(mode: str, reps: int) -> dict[str, float]:
             at += n
         engine.remove(0)
 
-    out = {"+".join(map(str, s)): median_ms(lambda s=s: read(s), reps) for s in SHAPES}
+    out = {}
+    for shape in SHAPES:
+        for _ in range(WARM_RUNS):
+            read(shape)
+        out["+".join(map(str, shape))] = median_ms(lambda s=shape: read(s), reps).wall
     engine.close()
     return out
 
@@ -63,7 +62,7 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
     out = {}
     for ctx, snapshot_tokens in CACHES:
         engine = new_engine(mode=mode, ctx=ctx, cache_tokens=snapshot_tokens)
-        inner, decode_ms, read = engine._read, [0.0], [0]
+        inner, decode_ms = engine._read, [0.0]
 
         def timed(items, on_logits):
             start = time.perf_counter()
@@ -73,13 +72,13 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
 
         engine._read = timed
         runs = []
-        for item in items[: reps + 2]:
+        for item in items[: reps + WARM_RUNS]:
             job = make_job(engine, profile, item.state, [item.question])
             decode_ms[0] = 0.0
             start = time.perf_counter()
-            read[0] = engine.run([job])
-            runs.append(((time.perf_counter() - start) * 1000, decode_ms[0], read[0]))
-        runs = runs[2:]
+            read = engine.run([job])
+            runs.append(((time.perf_counter() - start) * 1000, decode_ms[0], read))
+        runs = runs[WARM_RUNS:]
         out[f"ctx {ctx}, snapshots {snapshot_tokens}"] = [statistics.median(r[i] for r in runs) for i in range(3)]
         engine.close()
     return out
@@ -90,7 +89,7 @@ FLEETS = {"fleet, defaults": (), "fleet, --warmup 0": ("--warmup", "0")}
 
 def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float]:
     """(wall, inference) medians of W1 requests sent one at a time to a fresh fleet."""
-    items = workloads.load("W1")[: reps + 2]
+    items = workloads.load("W1")[: reps + WARM_RUNS]
     with tempfile.TemporaryDirectory() as tmp:
         fleet = start_fleet(Path(tmp), workers=1, extra=["--mode", mode, *flags])
         try:
@@ -100,11 +99,11 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
                 status, headers, body = post_json(fleet.url + "/v1/systemone", workloads.decision_body(item))
                 walls.append((time.perf_counter() - start) * 1000)
                 assert status == 200, body
-                phases = dict(part.split(";dur=") for part in headers["Server-Timing"].split(", "))
+                phases = dict(SERVER_TIMING_ENTRY.findall(headers["Server-Timing"]))
                 inference.append(float(phases["inference"]))
         finally:
             fleet.stop()
-    return statistics.median(walls[2:]), statistics.median(inference[2:])
+    return statistics.median(walls[WARM_RUNS:]), statistics.median(inference[WARM_RUNS:])
 
 
 def child(mode: str, reps: int) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ from typing import Callable
 
 import psutil
 
+from gateway.answers import sigmoid
 from shared.config import load_settings
 from shared.messages import Result
 from shared.model_files import resolve_model
@@ -310,10 +310,6 @@ def path_deviation(engine: Engine, profile: Profile) -> str:
             for q, m in zip(qs, job.margins):
                 worst = max(worst, abs(sigmoid(m) - sigmoid(fresh[(state, q)])))
     return f"{worst:.2g}" if worst else "0 (bit-identical)"
-
-
-def sigmoid(x: float) -> float:
-    return 1 / (1 + math.exp(-x))
 
 
 PARTS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {

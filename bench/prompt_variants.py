@@ -2,8 +2,8 @@
 
     python -m bench.prompt_variants [--profile gemma-3-270m] [--only base,evidence] [--limit N]
 
-Every variant is the profile with a different preamble / prefix / suffix / answer tokens; the
-model is loaded once. Columns: accuracy, Brier and ECE of the raw P(yes) (scale 1, bias 0, as a
+Every variant is the profile with a different preamble / prefix / suffix / answer tokens, on
+a freshly loaded model (its preamble is pinned at load). Columns: accuracy, Brier and ECE of the raw P(yes) (scale 1, bias 0, as a
 new profile answers before calibration), AUC (ranking quality, which calibration cannot change)
 and the Brier after Platt scaling fitted on the same half (what calibration can reach).
 The shots below were written for this comparison; none is an eval-set item.
