@@ -22,11 +22,22 @@ from gateway.tokenizer import Tokenizer
 from shared.config import Settings
 from shared.messages import Error, Message, Result, Score
 from shared.model_files import resolve_model
-from shared.profiles import load_profile
+from shared.profiles import Profile, load_profile
+from worker.engine import Engine
 from worker.process import build_engine
 from worker.scheduler import Pending, Scheduler
 
 Outcome = tuple[int, dict]  # (HTTP status the server would have sent, its JSON body)
+
+
+def load_in_process(settings: Settings, profile: Profile | None = None) -> tuple[Profile, Tokenizer, Engine]:
+    """The gateway's tokenizer and a worker's engine (preamble pinned) in this process, on all
+    the cores it may use unless settings.threads says otherwise; for decide and `jevfleet eval`."""
+    profile = profile or load_profile(settings.profile)
+    path = resolve_model(profile, settings.cache_path, settings.model)
+    tokenizer = Tokenizer(path, profile, threads=1, deterministic=settings.mode == "deterministic")
+    engine = build_engine(settings, profile, path, settings.threads or len(os.sched_getaffinity(0)))
+    return profile, tokenizer, engine
 
 
 class LocalDecider:
@@ -34,11 +45,7 @@ class LocalDecider:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.profile = load_profile(settings.profile)
-        path = resolve_model(self.profile, settings.cache_path, settings.model)
-        deterministic = settings.mode == "deterministic"
-        self.tokenizer = Tokenizer(path, self.profile, threads=1, deterministic=deterministic)
-        self.engine = build_engine(settings, self.profile, path, settings.threads or len(os.sched_getaffinity(0)))
+        self.profile, self.tokenizer, self.engine = load_in_process(settings)
         self.scheduler = Scheduler(self.engine, budget=settings.batch_tokens,
                                    max_requests=self.engine.max_batch_requests)
         self._waiting: dict[str, tuple[Future[Outcome], pipeline.Prepared, pipeline.Tokens]] = {}

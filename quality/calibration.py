@@ -39,8 +39,8 @@ def fit_platt(margins: np.ndarray, labels: np.ndarray, *, steps: int = 100) -> t
         grad = x.T @ (p - y)
         hess = (x.T * (p * (1 - p))) @ x + 1e-9 * np.eye(2)
         step = np.linalg.solve(hess, grad)
-        t = 1.0
-        while loss(w - t * step) > loss(w) and t > 1e-6:  # backtrack: Newton may overshoot
+        t, current = 1.0, loss(w)
+        while loss(w - t * step) > current and t > 1e-6:  # backtrack: Newton may overshoot
             t /= 2
         w = w - t * step
         if np.max(np.abs(t * step)) < 1e-10:

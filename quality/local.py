@@ -1,6 +1,6 @@
 """Asking the labeled set in-process: the gateway's own request path (gateway/pipeline.py:
 validation, prompt rendering, tokenizing, answer assembly) and the worker's engine
-(worker/process.build_engine, the profile's preamble pinned as a snapshot), without a server.
+(jevfleet/decide.load_in_process, the profile's preamble pinned as a snapshot), without a server.
 
 Items go to the engine in batches of as many requests as it takes at once; the pinned preamble
 means each item reads only its state and question. Deterministic mode gives the same margins
@@ -9,20 +9,17 @@ yes−no margins that calibration needs.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 from gateway import pipeline
 from gateway.errors import ApiError
-from gateway.tokenizer import Tokenizer
 from quality.items import QUESTION_ID, Item, Skipped, outcome
 from quality.metrics import Outcome
 from shared.config import Settings
-from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from jevfleet.decide import load_in_process
+from shared.profiles import Profile
 from worker.engine import Job
-from worker.process import build_engine
 
 
 @dataclass
@@ -37,10 +34,7 @@ class LocalRunner:
 
     def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
         self.settings = settings
-        self.profile = profile or load_profile(settings.profile)
-        path = resolve_model(self.profile, settings.cache_path, settings.model)
-        self.tok = Tokenizer(path, self.profile, threads=1, deterministic=settings.mode == "deterministic")
-        self.engine = build_engine(settings, self.profile, path, settings.threads or len(os.sched_getaffinity(0)))
+        self.profile, self.tok, self.engine = load_in_process(settings, profile)
 
     def _prepare(self, item: Item) -> _Asked | Skipped:
         try:
