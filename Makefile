@@ -31,8 +31,10 @@ setup: $(STAMP)
 serve: $(STAMP)
 	exec $(VENV)/bin/jevfleet serve $(SERVE_FLAGS)
 
+# Three tiers, each timed: fast (no model), model (the GGUF in-process), fleet (supervisord); see
+# tests/tiers.py. PYTEST_ARGS go to every tier; a tier that fails or selects nothing fails the run.
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m tests.tiers $(PYTEST_ARGS)
 
 loadtest: $(STAMP)
 	$(PY) -m loadtest.sweep --target $(LOADTEST_TARGET) --users $(LOADTEST_USERS) \
