@@ -48,10 +48,10 @@ class ByteTokenizer:
 class InProcessGateway:
     """One gateway and one scripted worker, started on construction; `url` as a Fleet has it."""
 
-    def __init__(self, run_dir: Path, *, api_key: str = "", margin: float = 0.0, **settings) -> None:
-        self.settings = Settings(**{"workers": 1, "run_dir": str(run_dir), "endpoint": f"ipc://{run_dir}/w.ipc",
-                                    "heartbeat_s": 0.05, "dead_after_s": 1.0, "profile": PROFILE, **settings})
-        self.api_key, self.margin = api_key, margin
+    def __init__(self, run_dir: Path, *, api_key: str = "") -> None:
+        self.settings = Settings(workers=1, run_dir=str(run_dir), endpoint=f"ipc://{run_dir}/w.ipc", heartbeat_s=0.05,
+                                 dead_after_s=1.0, profile=PROFILE)
+        self.api_key = api_key
         self.model_file = run_dir / "model.gguf"  # /health reports its SHA-256; nothing reads it as a model
         self.model_file.write_bytes(b"GGUF stand-in")
         self.loop = asyncio.new_event_loop()
@@ -72,7 +72,7 @@ class InProcessGateway:
         await self.server.start_server(**SERVER_OPTIONS)  # as run_gateway_process serves it
         self.zctx = zmq.asyncio.Context()
         self.worker = await FakeWorker(self.zctx, self.settings.zmq_endpoint, "inprocess/w0").start()
-        self.answering = asyncio.create_task(self.worker.answer_every_score(self.margin))
+        self.answering = asyncio.create_task(self.worker.answer_every_score())
         async with asyncio.timeout(10):
             while not any(w.up for w in self.fleet.workers.values()):
                 await asyncio.sleep(0.01)
@@ -89,4 +89,3 @@ class InProcessGateway:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
-
