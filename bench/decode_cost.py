@@ -76,7 +76,7 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
         engine._read = timed
         runs = []
         for item in items[: reps + WARM_RUNS]:
-            job = make_job(engine, profile, item.state, [item.question])
+            job = make_job(engine, profile, item.state, [item.questions[0]])
             decode_ms[0] = 0.0
             start = time.perf_counter()
             read = engine.run([job])
@@ -95,7 +95,7 @@ def other_thread(mode: str, reps: int) -> tuple[float, float]:
     def median_run() -> float:
         runs = []
         for item in items:
-            job = make_job(engine, profile, item.state, [item.question])
+            job = make_job(engine, profile, item.state, [item.questions[0]])
             start = time.perf_counter()
             engine.run([job])
             runs.append((time.perf_counter() - start) * 1000)

@@ -104,7 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--users", type=user_counts, default=[1, 2, 4, 8, 16], help="comma-separated user counts")
     p.add_argument("--duration", type=seconds, default=60, help="measured time per user count (60s, 2m)")
     p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
-    p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3 or a comma list")
+    p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3, W4 or a comma list")
     p.add_argument("--target", type=target_list, default=["jevfleet"],
                    help=f"{', '.join(TARGETS)}, both (jevfleet + llama-cpp-python), all, or a comma list")
     p.add_argument("--out", type=Path, required=True, help="directory for results.md, the plot and logs")
@@ -114,7 +114,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="context per sequence for the baselines (llama-cpp-python allocates ctx × vocab logits)")
     p.add_argument("--slots", type=int, default=8, help="llama-server parallel slots (-np)")
     p.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary; default: build/cache one")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    many = [w for w in args.workload if any(len(item.question_ids) > 1 for item in workloads.load(w))]
+    single = [t for t in args.target if not PROTOCOLS[PROTOCOL_OF[t]].many_prompts]
+    if many and single:
+        p.error(f"{', '.join(single)} takes one prompt per call, so it cannot be given {', '.join(many)}'s requests")
+    return args
 
 
 def machine() -> str:
@@ -180,7 +185,7 @@ class Sweep:
         if split is not None:
             row = replace(row, queue_ms=split.queue_ms, inference_ms=split.inference_ms, batch=split.batch)
         self.rows.append(row)
-        print(f"    {row.answered} answers, {row.rps:.2f} req/s, p50 {row.p50_ms:.0f} ms, p99 {row.p99_ms:.0f} ms, "
+        print(f"    {row.answered} answers, {row.rps:.2f} req/s, {row.qps:.2f} answers/s, p50 {row.p50_ms:.0f} ms, p99 {row.p99_ms:.0f} ms, "
               f"errors {row.errors}, shed {row.shed}, L=λW {row.littles_l:.2f}", flush=True)
         self.write()
 
