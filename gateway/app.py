@@ -186,8 +186,7 @@ def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
     """The gateway's app: the profile's GGUF read vocab-only to tokenize, and the fleet's ROUTER."""
     profile = load_profile(settings.profile)
     model_file = resolve_model(profile, settings.cache_path, settings.model)
-    tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads,
-                          deterministic=settings.mode == "deterministic")
+    tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads)
     fleet = Fleet(settings, preamble_tokens=tokenizer.preamble_tokens)
     return create_app(settings, profile=profile, model_file=model_file, tokenizer=tokenizer, fleet=fleet,
                       api_key=api_key)

@@ -5,8 +5,8 @@
 
 Targets are measured one after the other on the same machine, GGUF, thread count and prompts:
   jevfleet          our fleet at --host, or one the sweep starts (and stops) when --host is absent
-  jevfleet-fast     a fleet the sweep starts with --mode fast (llama.cpp's own kernels, weight
-                    repacking, no determinism guarantee): what the deterministic default costs
+  jevfleet-fast     a fleet the sweep starts with --mode fast (micro-batches of any size, no
+                    determinism guarantee): what the deterministic default costs
   jevfleet-per-core a fleet the sweep starts with --cores-per-worker 1: one one-thread worker
                     per core instead of the default one worker per two cores
   llama-cpp-python  `python -m llama_cpp.server` on the same GGUF, started and stopped here
