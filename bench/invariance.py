@@ -22,9 +22,9 @@ import time
 import numpy as np
 
 
-# (repack, tiled, shapes): the deterministic mode's rule (multiples of 4, 8..48), the old
+# (repack, tiled, shapes): the deterministic mode's rule (multiples of 4, 8..60), the old
 # deterministic mode (no repacking, no tiled matmul), and shapes that break each kernel's rule
-CONFIGS = [(1, 1, "8,12,20,28,36,44,48"), (1, 1, "48,8,12"), (1, 1, "16,32,48"), (0, 0, "32"),
+CONFIGS = [(1, 1, "8,12,20,28,36,44,52,60"), (1, 1, "60,8,12"), (1, 1, "16,32,48"), (0, 0, "32"),
            (1, 1, "5,7,13,30"), (1, 1, "8,4"), (1, 1, "64")]
 
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one", action="store_true", help="run one configuration in this process")
     parser.add_argument("--repack", type=int, default=1, help="weight repacking (use_extra_bufts)")
     parser.add_argument("--tiled", type=int, default=1, help="GGML_CPU_TILED_MM")
-    parser.add_argument("--shapes", default="8,12,48", help="allowed micro-batch row counts")
+    parser.add_argument("--shapes", default="8,12,60", help="allowed micro-batch row counts")
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)

@@ -3,7 +3,7 @@ from hypothesis import given, strategies as st
 from worker.pieces import MIN_ROWS, ROW_STEP, piece_sizes
 
 
-@given(total=st.integers(1, 5000), ubatch=st.sampled_from([12, 16, 32, 48]))
+@given(total=st.integers(1, 5000), ubatch=st.sampled_from([12, 16, 32, 48, 60]))
 def test_pieces_take_whole_row_steps_and_pad_as_little_as_possible(total, ubatch):
     sizes = piece_sizes(total, ubatch)
     assert all(s % ROW_STEP == 0 and MIN_ROWS <= s <= ubatch for s in sizes)
@@ -12,8 +12,8 @@ def test_pieces_take_whole_row_steps_and_pad_as_little_as_possible(total, ubatch
 
 
 def test_examples():
-    assert piece_sizes(1, 48) == [8]
-    assert piece_sizes(13, 48) == [16]
-    assert piece_sizes(48, 48) == [48]
-    assert piece_sizes(49, 48) == [44, 8]
-    assert piece_sizes(100, 48) == [48, 44, 8]
+    assert piece_sizes(1, 60) == [8]
+    assert piece_sizes(13, 60) == [16]
+    assert piece_sizes(60, 60) == [60]
+    assert piece_sizes(61, 60) == [56, 8]
+    assert piece_sizes(130, 60) == [60, 60, 12]

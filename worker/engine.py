@@ -8,7 +8,7 @@ are read from them: the 262k-column output row is never copied.
 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, of how the prompt
 was cut and of whether its state came from a snapshot (docs/architecture.md): flash attention
-on, every micro-batch a multiple of 4 rows from 8 to 48, padded with throwaway rows
+on, every micro-batch a multiple of 4 rows from 8 to 60, padded with throwaway rows
 (worker/pieces.py), and every sequence's KV cells in position order (worker/snapshots.py).
 Only the scheduler thread may call into an Engine.
 """
@@ -24,7 +24,7 @@ from shared.llama import llama, load_model, set_abort_callback, tokenize
 from worker.pieces import piece_sizes
 from worker.snapshots import SnapshotCache
 
-UBATCH = 48  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
+UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
 N_WORK = 64  # working sequences: request prefixes, their suffixes, and one scratch sequence
 MAX_SEQ = 256  # LLAMA_MAX_SEQ of llama.cpp

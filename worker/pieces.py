@@ -25,6 +25,6 @@ def piece_sizes(total: int, ubatch: int) -> list[int]:
     rows = max(MIN_ROWS, -(-total // ROW_STEP) * ROW_STEP)
     full, rest = divmod(rows, ubatch)
     sizes = [ubatch] * full + ([rest] if rest else [])
-    if sizes[-1] < MIN_ROWS:  # 52 rows -> 44 + 8 (with ubatch 48), never a piece of 4
+    if sizes[-1] < MIN_ROWS:  # 64 rows -> 56 + 8 (with ubatch 60), never a piece of 4
         sizes[-2:] = [ubatch - MIN_ROWS + sizes[-1], MIN_ROWS]
     return sizes
