@@ -20,6 +20,7 @@ HELP = {
     "max_body_bytes": "request body limit after decompression, bytes (default 4 MiB)",
     "deadline_s": "seconds a request may wait before it is answered 503 (default 30)",
     "tokenizer_threads": "gateway threads that tokenize (default 2)",
+    "role": "what serve runs on this host: all (gateway + workers), gateway, or workers (default all)",
     "workers": "worker processes; 0 = one per --cores-per-worker cores (default 0)",
     "cores_per_worker": "cores each worker is pinned to (default 2)",
     "endpoint": "ZeroMQ endpoint of the gateway (default ipc://<run-dir>/workers.ipc)",

@@ -25,6 +25,8 @@ def test_bad_values_are_refused_with_the_setting_named():
         load_settings(environ={"JEV_PORT": "eighty"})
     with pytest.raises(ValueError, match="mode"):
         load_settings({"mode": "turbo"}, environ={})
+    with pytest.raises(ValueError, match="role"):
+        load_settings({"role": "router"}, environ={})
 
 
 def test_unknown_keys_in_the_file_are_refused(tmp_path):
