@@ -19,8 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -28,13 +26,12 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.gateway_overhead import percentile, wait_ready
+from bench.gateway_overhead import percentile
+from bench.instant_worker import InstantGateway, start_gateway
 from gateway.metrics import SERVER_TIMING_ENTRY
-from tests.fleet import ROOT, free_port
 
 # One default worker (2 cores) on W1 at 8 closed-loop users: README, `make loadtest`.
 WORKER_W1_RATE = 8.22
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 STATE = "Ticket {i}: order #{i} arrived late and broken, and the customer asks for money back."
 
 
@@ -52,46 +49,11 @@ def body(i: int, kind: str) -> bytes:
     return json.dumps({"model": "jev-latest", "state": state, "questions": questions}).encode()
 
 
-@dataclass
-class Gateway:
-    url: str
-    proc: subprocess.Popen
-    workers: subprocess.Popen
-
-    def cpu_s(self) -> float:
-        """User + system CPU of the gateway process so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-    def stop(self) -> None:
-        for proc in (self.workers, self.proc):
-            proc.terminate()
-        for proc in (self.workers, self.proc):
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-def start_gateway(run_dir: Path, workers: int) -> Gateway:
-    """A real gateway process with `workers` instant workers; the context limit is raised so a
-    1 MB state is accepted (only the gateway checks it here) and queues never refuse."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    cmd = [sys.executable, "-m", "jevfleet", "gateway", "--port", str(port), "--workers", str(workers),
-           "--run-dir", str(run_dir), "--ctx", str(1 << 21), "--queue-requests", "1000", "--queue-tokens", str(1 << 30)]
-    log = open(run_dir / "gateway.log", "w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    stand_in = subprocess.Popen([sys.executable, "-m", "bench.instant_worker", "--endpoint",
-                                 f"ipc://{run_dir}/workers.ipc", "--workers", str(workers)],
-                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    gateway = Gateway(f"http://127.0.0.1:{port}", proc, stand_in)
-    try:
-        wait_ready(gateway.url)
-    except Exception:
-        gateway.stop()
-        raise
-    return gateway
+def start_ceiling_gateway(run_dir: Path, workers: int) -> InstantGateway:
+    """The context limit raised so that a large state is read (only the gateway checks it here),
+    and queues that never refuse: the gateway's own ceiling, not its backpressure."""
+    return start_gateway(run_dir, workers, "--ctx", str(1 << 21), "--queue-requests", "1000",
+                         "--queue-tokens", str(1 << 30))
 
 
 @dataclass
@@ -134,7 +96,7 @@ async def closed_loop(urls: list[str], bodies: list[bytes], clients: int, second
     return run
 
 
-def measure(gateways: list[Gateway], bodies: list[bytes], clients: int, seconds: float) -> dict:
+def measure(gateways: list[InstantGateway], bodies: list[bytes], clients: int, seconds: float) -> dict:
     urls = [g.url for g in gateways]
     asyncio.run(closed_loop(urls, bodies, clients, min(1.0, seconds)))  # warm connections and pools
     cpu0 = sum(g.cpu_s() for g in gateways)
@@ -189,7 +151,7 @@ def main() -> int:
             gateways = []
             try:
                 for k in range(n):
-                    gateways.append(start_gateway(Path(tmp) / f"gw{k}", args.workers))
+                    gateways.append(start_ceiling_gateway(Path(tmp) / f"gw{k}", args.workers))
                 for kind in kinds:
                     bodies = [body(i, kind) for i in range(8 if kind in STATE_BYTES else 256)]
                     steps = [c for c in concurrency if c >= n]

@@ -1,5 +1,5 @@
-"""The `jevfleet` command: serve (the whole fleet under supervisord), gateway, worker, keys,
-decide, and the answer-quality tools eval and calibrate (quality/).
+"""The `jevfleet` command: serve (the whole fleet, or one role of it, under supervisord), gateway,
+worker, keys, haproxy-conf, decide, and the answer-quality tools eval and calibrate (quality/).
 
 Every setting of conf/jevfleet.toml is also a flag of every subcommand (--batch-tokens for
 batch_tokens ...), so one table documents them all.
@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--dry-run", action="store_true", help="report only; leave the profile unchanged")
     for p in (serve, gateway, worker, decide, evaluate, calibrate):
         _add_settings_flags(p)
+    lb = sub.add_parser("haproxy-conf", help="print the HAProxy configuration for several gateways (conf/haproxy.cfg)")
+    lb.add_argument("gateways", nargs="+", help="each gateway's HTTP address, ADDR:PORT")
+    lb.add_argument("--bind", default="0.0.0.0:8017", help="where HAProxy listens (default 0.0.0.0:8017)")
+    lb.add_argument("--stats-socket", default="/run/haproxy/jevfleet.sock", help="HAProxy's admin socket")
+    _add_settings_flags(lb)
     keys = sub.add_parser("keys", help="create CURVE keys for gateway and workers on other hosts")
     keys.add_argument("directory", type=Path, help="where to write gateway.key(_secret) and workers/")
     keys.add_argument("--workers", type=int, default=1, help="worker key pairs to create (default 1)")
@@ -114,6 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = _settings(args)
     from shared.curve import CurveError
 
+    if args.command == "haproxy-conf":
+        from jevfleet.haproxy import render_haproxy_conf
+
+        print(render_haproxy_conf(settings, args.gateways, bind=args.bind, stats_socket=args.stats_socket), end="")
+        return 0
     if args.command == "eval":
         from quality.commands import run_eval
 
