@@ -34,7 +34,8 @@ HELP = {
     "curve_key": "this process's CURVE secret key file (from `jevfleet keys`)",
     "curve_server_key": "worker: the gateway's CURVE public key file",
     "curve_clients": "gateway: directory of worker CURVE public key files it accepts",
-    "run_dir": "supervisord socket, pid file and logs (default /tmp/jevfleet-<port>)",
+    "run_dir": "supervisord socket, pid file and logs (default /tmp/jevfleet-<port>, "
+               "/tmp/jevfleet-<port>-workers for role workers)",
     "profile": "model profile name (conf/models/NAME.toml) or path to a .toml",
     "model": "GGUF file overriding the profile's model",
     "ctx": "longest prompt of one question, tokens (default 8192)",

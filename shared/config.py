@@ -58,7 +58,8 @@ class Settings:
 
     @property
     def run_path(self) -> Path:
-        return Path(self.run_dir or f"/tmp/jevfleet-{self.port}")
+        """A workers-only host's own directory by default, so it never takes a gateway's on the same host."""
+        return Path(self.run_dir or f"/tmp/jevfleet-{self.port}" + ("-workers" if self.role == "workers" else ""))
 
     @property
     def zmq_endpoint(self) -> str:
