@@ -100,8 +100,10 @@ def measure(gateways: list[InstantGateway], bodies: list[bytes], clients: int, s
     urls = [g.url for g in gateways]
     asyncio.run(closed_loop(urls, bodies, clients, min(1.0, seconds)))  # warm connections and pools
     cpu0 = sum(g.cpu_s() for g in gateways)
+    others0 = sum(g.workers_cpu_s() for g in gateways) + time.process_time()
     run = asyncio.run(closed_loop(urls, bodies, clients, seconds))
     cpu = sum(g.cpu_s() for g in gateways) - cpu0
+    others = sum(g.workers_cpu_s() for g in gateways) + time.process_time() - others0
     return {
         "clients": clients, "answers/s": run.answers / seconds, "refused/s": run.refused / seconds,
         "rt p50": percentile(run.round_trip_ms, 0.5) if run.answers else 0,
@@ -109,16 +111,17 @@ def measure(gateways: list[InstantGateway], bodies: list[bytes], clients: int, s
         "gw p50": percentile(run.gateway_ms, 0.5) if run.answers else 0,
         "gw p99": percentile(run.gateway_ms, 0.99) if run.answers else 0,
         "cpu ms/answer": cpu * 1000 / max(1, run.answers or run.refused),
+        "cores": (cpu + others) / seconds,  # gateways + clients + instant workers
     }
 
 
 def report(kind: str, n_gateways: int, workers: int, rows: list[dict], worker_rate: float) -> str:
     head = (f"{'clients':>7} {'answers/s':>10} {'rt p50':>8} {'rt p99':>8} {'gw p50':>8} {'gw p99':>8} "
-            f"{'cpu ms/ans':>10} {'refused/s':>9}")
+            f"{'cpu ms/ans':>10} {'refused/s':>9} {'cores busy':>10}")
     lines = [f"\n{kind}: {n_gateways} gateway(s), {workers} instant workers each", head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['clients']:>7} {r['answers/s']:>10.1f} {r['rt p50']:>8.2f} {r['rt p99']:>8.2f} "
-                     f"{r['gw p50']:>8.2f} {r['gw p99']:>8.2f} {r['cpu ms/answer']:>10.2f} {r['refused/s']:>9.1f}")
+                     f"{r['gw p50']:>8.2f} {r['gw p99']:>8.2f} {r['cpu ms/answer']:>10.2f} {r['refused/s']:>9.1f} {r['cores']:>10.2f}")
     if not any(r["answers/s"] for r in rows):
         best = max(rows, key=lambda r: r["refused/s"])
         lines.append(f"all refused: up to {best['refused/s']:.1f} refusals/s, "
@@ -162,6 +165,7 @@ def main() -> int:
                     g.stop()
     print(f"\nload average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           "(the clients run on the same cores as the gateways)")
+    print("cpu ms/ans: the gateway processes' CPU per answer; cores busy: gateways + clients + instant workers")
     return 0
 
 

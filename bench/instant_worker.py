@@ -59,6 +59,11 @@ async def serve(endpoint: str, workers: int, prefix: str) -> None:
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 @dataclass
 class InstantGateway:
     url: str
@@ -67,8 +72,10 @@ class InstantGateway:
 
     def cpu_s(self) -> float:
         """User + system CPU of the gateway process so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return cpu_s(self.proc.pid)
+
+    def workers_cpu_s(self) -> float:
+        return cpu_s(self.workers.pid)
 
     def stop(self) -> None:
         for proc in (self.workers, self.proc):
