@@ -294,9 +294,10 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
     except BaseException:
         print(hosts.logs())
         raise
-    with capsys.disabled():
-        print("\nmulti-host failover (4 namespaces, real model, HAProxy 2 gateways):")
-        for what, seconds in timings.items():
-            print(f"  {what:<48} {seconds:6.2f} s")
-        for what, n in failures.items():
-            print(f"  client-visible failures, {what:<27} {n:6d}")
+    finally:
+        with capsys.disabled():
+            print("\nmulti-host failover (4 namespaces, real model, HAProxy, 2 gateways):")
+            for what, seconds in timings.items():
+                print(f"  {what:<48} {seconds:6.2f} s")
+            for what, n in failures.items():
+                print(f"  client-visible failures, {what:<27} {n:6d}")
