@@ -13,6 +13,7 @@ Each host is pinned to a core and runs 1-thread workers with a small context, so
 """
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import json
@@ -48,6 +49,7 @@ ENDPOINT_B = f"tcp://{HOSTS['b']}:{ZMQ_PORT}"
 LIGHT = ["--cores-per-worker", "1", "--threads", "1", "--ctx", "1024", "--state-cache", "2",
          "--state-cache-tokens", "512", "--warmup", "0", "--deadline-s", "20"]
 CLIENTS = 4
+FAILURE_PAUSE_S = 0.1
 
 
 def ns(host: str) -> str:
@@ -162,7 +164,8 @@ def four_hosts(tmp_path):
 
 
 class Load:
-    """CLIENTS closed-loop clients in A, through HAProxy on `port`, each on its own distinct states."""
+    """CLIENTS closed-loop clients in A, through HAProxy on `port`, each on its own distinct states;
+    a client pauses FAILURE_PAUSE_S after a failure, so failures count outage time, not spin speed."""
 
     def __init__(self, port: int, tag: str) -> None:
         self.url = f"http://127.0.0.1:{port}"
@@ -175,8 +178,11 @@ class Load:
         netns.enter(ns("a"))
         i = k
         while not self.stop_event.is_set():
-            self.outcomes.append(post(self.url, self.payloads[i % len(self.payloads)], i, timeout=60))
+            outcome = post(self.url, self.payloads[i % len(self.payloads)], i, timeout=60)
+            self.outcomes.append(outcome)
             i += CLIENTS
+            if outcome.status != 200:  # a client pauses after a failure rather than spin on it
+                self.stop_event.wait(FAILURE_PAUSE_S)
 
     def __enter__(self) -> Load:
         for t in self.threads:
@@ -193,6 +199,13 @@ class Load:
 
     def failures(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.status != 200]
+
+    def describe_failures(self, since: float) -> str:
+        """What the clients saw, by status and error, and when (seconds after `since`)."""
+        kinds = collections.Counter((o.status, str(o.body.get("error", o.body))[:60]) for o in self.failures())
+        ends = [o.ended - since for o in self.failures()]
+        span = f" between {min(ends):.2f} and {max(ends):.2f} s" if ends else ""
+        return f"{dict(kinds)}{span}"
 
 
 def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_hosts: Hosts, tmp_path, capsys):
@@ -221,6 +234,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
         hosts.start(f"haproxy-{lb}", "a", ["haproxy", "-db", "-f", str(conf)])
     timings: dict[str, float] = {}
     failures: dict[str, int] = {}
+    details: dict[str, str] = {}
     try:
         # Ready: B serves its own worker and D's, C its own; HAProxy sees both gateways up.
         wait_until(lambda: set(by_id(hosts.health("b"))) >= {"hostb/w00", "hostd/w00"}
@@ -256,6 +270,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
                 count = load.answered()
                 wait_until(lambda: load.answered() >= count + 4, "answers after C is back")
             failures[f"gateway kill, {label}"] = len(load.failures())
+            details[f"gateway kill, {label}"] = load.describe_failures(killed)
             assert hosts.pid("c", "gateway") != old
         assert failures["gateway kill, with retries"] == 0, "HAProxy retries should hide a dead gateway"
 
@@ -300,4 +315,4 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
             for what, seconds in timings.items():
                 print(f"  {what:<48} {seconds:6.2f} s")
             for what, n in failures.items():
-                print(f"  client-visible failures, {what:<27} {n:6d}")
+                print(f"  client-visible failures, {what:<27} {n:6d}  {details.get(what, '')}")
