@@ -23,19 +23,10 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from shared.messages import Score, decode
 from tests.fake_worker import FakeWorker
 from tests.fleet import ROOT, free_port
 
 HEARTBEAT_S = 0.5  # the fleet's default heartbeat period
-
-
-async def answer_forever(worker: FakeWorker) -> None:
-    """Answer each Score with zero margins as soon as it arrives; ignore Ping and Cancel."""
-    while True:
-        msg = decode(await worker.sock.recv())
-        if isinstance(msg, Score):
-            await worker.answer(msg, margin=0.0, read=0, run_ms=0.0)
 
 
 async def serve(endpoint: str, workers: int, prefix: str) -> None:
@@ -47,7 +38,7 @@ async def serve(endpoint: str, workers: int, prefix: str) -> None:
     fleet = [FakeWorker(ctx, endpoint, f"{prefix}w{n:03d}", pid=os.getpid(), cores=(0,)) for n in range(workers)]
     for worker in fleet:
         await worker.start(beat_s=HEARTBEAT_S)
-    tasks = [asyncio.create_task(answer_forever(w)) for w in fleet]
+    tasks = [asyncio.create_task(w.answer_every_score()) for w in fleet]
     await stop.wait()
     for task in tasks:
         task.cancel()
