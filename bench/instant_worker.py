@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import zmq
 import zmq.asyncio
 
@@ -47,12 +48,9 @@ async def serve(endpoint: str, workers: int, prefix: str) -> None:
     ctx.term()
 
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 @dataclass
