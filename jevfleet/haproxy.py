@@ -14,7 +14,7 @@ from typing import Sequence
 from shared.config import CONF_DIR, Settings
 
 CHECK_MS = 500  # /health every half second; two failures take a gateway out of rotation
-RETRY = ("    retries 2\n"
+RETRY = ("    retries 3\n"
          "    retry-on conn-failure empty-response junk-response\n"
          "    option redispatch 1")
 NO_RETRY = ("    retries 0\n"
