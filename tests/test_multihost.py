@@ -294,6 +294,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
         # Cut D's link while it holds requests, then bring it back.
         with Load(LB_RETRY, tag="link cut ") as load:
             wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["queued_requests"], "D holding requests")
+            resent = hosts.health("b")["fleet"]["resent"]
             cut = time.monotonic()
             netns.sh("ip", "-n", ns("d"), "link", "set", veth("d"), "down")
             wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["state"] == "down", "D seen gone")
@@ -306,6 +307,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
             timings["link up -> D serving again"] = time.monotonic() - back
         failures["link cut"] = len(load.failures())
         assert failures["link cut"] == 0, load.failures()[:3]
+        assert hosts.health("b")["fleet"]["resent"] > resent, "what D held should have been sent again"
     except BaseException:
         print(hosts.logs())
         raise
