@@ -2,9 +2,10 @@
 each with its own workers, behind one address.
 
 Retries are on by default: a gateway that dies (SIGKILL, host gone) drops the requests it
-held, and since a decision is a pure read HAProxy sends each of them once more to another
-gateway (retry-on conn-failure, empty-response, junk-response; option redispatch). Off, those
-requests fail with 502/503, which is what the multi-host test compares against.
+held, and since a decision is a pure read HAProxy sends them again, to another gateway
+(retry-on conn-failure, empty-response, junk-response; option redispatch; the failed connection
+has marked the dead one down). Off, those requests fail with 502/503, which is what the
+multi-host test compares against.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Sequence
 
 from shared.config import CONF_DIR, Settings
 
-CHECK_MS = 500  # /health every half second; two failures take a gateway out of rotation
+CHECK_MS = 500  # /health every half second; two failed checks (or one failed connection) take a gateway out
 RETRY = ("    retries 3\n"
          "    retry-on conn-failure empty-response junk-response\n"
          "    option redispatch 1")
