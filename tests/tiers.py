@@ -18,7 +18,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import shared.llama
 import tests.fleet
@@ -74,19 +77,37 @@ def outcome(code: int) -> str:
     return "NOTHING COLLECTED" if code == NOTHING_COLLECTED else f"FAILED (pytest exit {code})"
 
 
+def counts(junit: Path) -> tuple[int, int, int]:
+    """(passed, failed, skipped) of one tier from pytest's JUnit XML; errors count as failed."""
+    if not junit.exists():
+        return 0, 0, 0
+    total = failed = skipped = 0
+    for suite in ElementTree.parse(junit).getroot().iter("testsuite"):
+        total += int(suite.get("tests", 0))
+        failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skipped += int(suite.get("skipped", 0))
+    return total - failed - skipped, failed, skipped
+
+
 def main(args: list[str]) -> int:
     results = []
-    for name, expression in TIERS:
-        print(f"\n=== tier {name}: pytest -m '{expression}'", flush=True)
-        start = time.monotonic()
-        code = subprocess.run([sys.executable, "-m", "pytest", "-m", expression, *args]).returncode
-        results.append((name, code, time.monotonic() - start))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, expression in TIERS:
+            print(f"\n=== tier {name}: pytest -m '{expression}'", flush=True)
+            junit = Path(tmp) / f"{name}.xml"
+            start = time.monotonic()
+            code = subprocess.run([sys.executable, "-m", "pytest", "-m", expression, f"--junitxml={junit}",
+                                   *args]).returncode
+            results.append((name, code, time.monotonic() - start, counts(junit)))
     print("\n=== tiers")
-    for name, code, seconds in results:
-        print(f"{name:<6} {seconds:7.1f} s  {outcome(code)}")
+    for name, code, seconds, (passed, failed, skipped) in results:
+        print(f"{name:<6} {seconds:7.1f} s  {outcome(code)}  ({passed} passed, {failed} failed, {skipped} skipped)")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"total  {sum(r[2] for r in results):7.1f} s  (load average {load})")
-    return 0 if all(code == 0 for _, code, _ in results) else 1
+    # One closing line for the whole run, in the plain form CI reads.
+    print(f"{sum(r[3][0] for r in results)} passed, {sum(r[3][1] for r in results)} failed, "
+          f"{sum(r[3][2] for r in results)} skipped")
+    return 0 if all(code == 0 for _, code, _, _ in results) else 1
 
 
 if __name__ == "__main__":
