@@ -87,8 +87,8 @@ def row_from_locust_json(path: Path, *, target: str, workload: str, users: int, 
     )
 
 
-HEADER = ("| target | workload | users | req/s | answers/s | p50 ms | p90 ms | p99 ms | errors | shed | L = λ·W | L / users "
-          "| queue ms | inference ms | batch |\n"
+HEADER = ("| target | workload | users | req/s | answers/s | p50 ms | p90 ms | p99 ms | errors | shed | L = λ·W "
+          "| L / users | queue ms | inference ms | batch |\n"
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
@@ -97,8 +97,8 @@ def _opt(value: float | None, fmt: str) -> str:
 
 
 def table_line(row: Row) -> str:
-    return (f"| {row.target} | {row.workload} | {row.users} | {row.rps:.2f} | {row.qps:.2f} | {row.p50_ms:.0f} | {row.p90_ms:.0f} "
-            f"| {row.p99_ms:.0f} | {row.errors} | {row.shed} | {row.littles_l:.2f} | {row.littles_l / row.users:.2f} "
+    return (f"| {row.target} | {row.workload} | {row.users} | {row.rps:.2f} | {row.qps:.2f} | {row.p50_ms:.0f} "
+            f"| {row.p90_ms:.0f} | {row.p99_ms:.0f} | {row.errors} | {row.shed} | {row.littles_l:.2f} | {row.littles_l / row.users:.2f} "
             f"| {_opt(row.queue_ms, '.0f')} | {_opt(row.inference_ms, '.0f')} | {_opt(row.batch, '.1f')} |")
 
 
@@ -122,7 +122,8 @@ def write_results(rows: list[Row], out: Path, *, command: str, machine: str) -> 
 
 
 def plot(rows: list[Row], out: Path) -> Path:
-    """answers/s per question (left) and p50/p99 latency (right) against users; one colour per target and workload."""
+    """Answers/s per question (left) and p50/p99 latency (right) against users; one colour per
+    target and workload."""
     import matplotlib
 
     matplotlib.use("Agg")
