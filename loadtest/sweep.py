@@ -114,12 +114,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="context per sequence for the baselines (llama-cpp-python allocates ctx × vocab logits)")
     p.add_argument("--slots", type=int, default=8, help="llama-server parallel slots (-np)")
     p.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary; default: build/cache one")
-    args = p.parse_args(argv)
-    many = [w for w in args.workload if any(len(item.question_ids) > 1 for item in workloads.load(w))]
-    single = [t for t in args.target if not PROTOCOLS[PROTOCOL_OF[t]].many_prompts]
-    if many and single:
-        p.error(f"{', '.join(single)} takes one prompt per call, so it cannot be given {', '.join(many)}'s requests")
-    return args
+    return p.parse_args(argv)
+
+
+def can_run(target: str, workload: str) -> bool:
+    """False for a server that takes one prompt per call (llama-cpp-python) and a workload
+    whose requests ask many questions (W4): it could not be given the same work in one call."""
+    return PROTOCOLS[PROTOCOL_OF[target]].many_prompts or all(
+        len(item.question_ids) == 1 and not item.options for item in workloads.load(workload))
 
 
 def machine() -> str:
@@ -142,7 +144,7 @@ class Sweep:
         self.cache = settings.cache_path
         self.profile = load_profile(settings.profile)
         self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
-        self.runs_total = len(args.target) * len(args.workload) * len(args.users)
+        self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users)
         self.runs_done = 0
 
     def server(self, target: str) -> AbstractContextManager[str]:
@@ -165,6 +167,9 @@ class Sweep:
             with self.server(target) as url:
                 print(f"[{target}] serving at {url}", flush=True)
                 for workload in self.args.workload:
+                    if not can_run(target, workload):
+                        print(f"[{target}] skips {workload}: it takes one prompt per call", flush=True)
+                        continue
                     if self.args.warmup:
                         self.locust(target, url, workload, users=1, duration=self.args.warmup, tag="warmup")
                     for users in self.args.users:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from loadtest.protocols import PROTOCOLS
-from loadtest.sweep import (LOCUSTFILE, PROTOCOL_OF, TARGETS, USER_CLASS, parse_args, seconds, target_list, user_counts,
+from loadtest.sweep import (LOCUSTFILE, PROTOCOL_OF, TARGETS, USER_CLASS, can_run, seconds, target_list, user_counts,
                             workload_list)
 from tests.fleet import ROOT, Fleet
 
@@ -36,11 +36,9 @@ def test_durations_and_lists_parse_or_are_refused():
             parse(bad)
 
 
-def test_w4_is_refused_for_a_server_that_takes_one_prompt_per_call(tmp_path, capsys):
-    assert parse_args(["--workload", "W4", "--target", "jevfleet,llama-server", "--out", str(tmp_path)]).workload == ["W4"]
-    with pytest.raises(SystemExit):
-        parse_args(["--workload", "W1,W4", "--target", "both", "--out", str(tmp_path)])
-    assert "llama-cpp-python takes one prompt per call" in capsys.readouterr().err
+def test_w4_is_skipped_for_a_server_that_takes_one_prompt_per_call():
+    assert can_run("jevfleet", "W4") and can_run("llama-server", "W4") and can_run("jevfleet-fast", "W4")
+    assert not can_run("llama-cpp-python", "W4") and can_run("llama-cpp-python", "W3")
 
 
 @pytest.mark.fleet
