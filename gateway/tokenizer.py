@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from shared.llama import llama, load_model, tokenize
-from shared.profiles import Profile, preamble_tokens
+from shared.profiles import Profile, encode_prefix, encode_suffix, preamble_tokens
 
 
 class Tokenizer:
@@ -31,7 +31,9 @@ class Tokenizer:
         return tokenize(self.vocab, text, add_bos=bos)
 
     def encode_request(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
-        return self.encode(prefix, bos=self.profile.add_bos), [self.encode(s) for s in suffixes]
+        encode = partial(tokenize, self.vocab)
+        return (encode_prefix(encode, self.profile, prefix),
+                [encode_suffix(encode, self.profile, s) for s in suffixes])
 
     async def encode_async(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
         return await asyncio.get_running_loop().run_in_executor(self.pool, self.encode_request, prefix, suffixes)

@@ -26,6 +26,7 @@ from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile, preamble_tokens
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
+from worker.head import load_head
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
 
@@ -44,6 +45,7 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
         deterministic=settings.mode == "deterministic",
         state_cache=settings.state_cache,
         state_cache_tokens=settings.state_cache_tokens,
+        head=load_head(Path(profile.head)) if profile.head else None,
     )
     engine.pin(preamble_tokens(engine.tokenize, profile))
     return engine
@@ -62,6 +64,10 @@ class WorkerProcess:
         threads = settings.threads or len(self.cores)
         log.info("%s: loading %s on cores %s (%d threads)", self.worker_id, self.model_path, self.cores, threads)
         self.engine = build_engine(settings, self.profile, self.model_path, threads)
+        head = self.engine.readout.head
+        # what this worker answers with: the model file, the mode, and the learned head if any
+        self.fingerprint = (f"{self.profile.name}:{self.model_sha256[:16]}:{settings.mode}"
+                            + (f":head-{head.digest[:16]}" if head else ""))
         self.scheduler = Scheduler(
             self.engine, budget=settings.batch_tokens, max_requests=self.engine.max_batch_requests
         )
@@ -75,7 +81,7 @@ class WorkerProcess:
             cores=self.cores,
             model=self.profile.name,
             model_sha256=self.model_sha256,
-            fingerprint=f"{self.profile.name}:{self.model_sha256[:16]}:{self.settings.mode}",
+            fingerprint=self.fingerprint,
             queued_tokens=tokens,
             queued_requests=requests,
             snapshot_keys=list(self.engine.cache.keys),
