@@ -24,7 +24,7 @@ class Profile:
     package_file: str  # a GGUF shipped whole inside `package` (used in place, never imported)
     path: str
     add_bos: bool
-    special: bool  # the template text holds control tokens (a chat template); user text never does
+    control: tuple[str, ...]  # control-token texts of a chat template, parsed in template text only
     preamble: str
     prefix: str
     suffix: str
@@ -74,7 +74,7 @@ def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
         package_file=model.get("package_file", ""),
         path=model.get("path", ""),
         add_bos=bool(model.get("add_bos", True)),
-        special=bool(prompt.get("special", False)),
+        control=tuple(prompt.get("control", ())),
         preamble=prompt.get("preamble", ""),
         prefix=prompt["prefix"],
         suffix=prompt["suffix"],
@@ -95,31 +95,35 @@ def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
     )
 
 
-def _encode(tokenize: Callable[..., list[int]], text: str, head: str, tail: str, add_bos: bool) -> list[int]:
-    """head + user text + tail, with control tokens parsed in head and tail only."""
+def _encode(tokenize: Callable[..., list[int]], profile: Profile, text: str, head: str, tail: str,
+            add_bos: bool) -> list[int]:
+    """head + user text + tail, with control tokens parsed only in head up to its last control
+    token and in tail from its first one: the cuts fall where llama.cpp splits text anyway, so
+    the ids are those of the whole text with its template's control tokens parsed."""
     if not (text.startswith(head) and text.endswith(tail) and len(text) >= len(head) + len(tail)):
         raise ValueError("text was not rendered from this profile's template")
-    middle = text[len(head):len(text) - len(tail)]
-    return (tokenize(head, add_bos=add_bos, special=True) + (tokenize(middle) if middle else [])
-            + tokenize(tail, special=True))
+    start = max((head.rfind(c) + len(c) for c in profile.control if c in head), default=0)
+    end = len(text) - len(tail) + min((tail.find(c) for c in profile.control if c in tail), default=len(tail))
+    ids = tokenize(text[:start], add_bos=add_bos, special=True) if start or add_bos else []
+    return ids + (tokenize(text[start:end]) if end > start else []) + tokenize(text[end:], special=True)
 
 
 def encode_prefix(tokenize: Callable[..., list[int]], profile: Profile, text: str) -> list[int]:
     """Token ids of a rendered prefix (preamble + prefix with the state in it). tokenize is
-    shared/llama.tokenize bound to a vocabulary. A profile with `special` has its template's
-    control tokens (e.g. "<|im_start|>") parsed, and the state around them read as plain text."""
-    if not profile.special:
+    shared/llama.tokenize bound to a vocabulary. A profile with `control` tokens has its
+    template's (e.g. "<|im_start|>") parsed, and the state read as plain text whatever it holds."""
+    if not profile.control:
         return tokenize(text, add_bos=profile.add_bos)
     head, _, tail = profile.prefix.partition("{state}")
-    return _encode(tokenize, text, profile.preamble + head, tail, profile.add_bos)
+    return _encode(tokenize, profile, text, profile.preamble + head, tail, profile.add_bos)
 
 
 def encode_suffix(tokenize: Callable[..., list[int]], profile: Profile, text: str) -> list[int]:
     """Token ids of a rendered suffix (one question), as encode_prefix does it."""
-    if not profile.special:
+    if not profile.control:
         return tokenize(text)
     head, _, tail = profile.suffix.partition("{question}")
-    return _encode(tokenize, text, head, tail, False)
+    return _encode(tokenize, profile, text, head, tail, False)
 
 
 def preamble_tokens(tokenize: Callable[..., list[int]], profile: Profile) -> list[int]:
