@@ -75,3 +75,9 @@ bench-scaling: $(STAMP)
 .PHONY: prompt-variants
 prompt-variants: $(STAMP)
 	$(PY) -m bench.prompt_variants $(VARIANT_FLAGS)
+
+# How far choice / merged-option / score-threshold answers are from the relations probabilities
+# must satisfy, on the test half (docs/quality.md). BENCH_ARGS="--profile gemma-3-270m --head off".
+.PHONY: coherence
+coherence: $(STAMP)
+	$(PY) -m bench.coherence $(BENCH_ARGS)

@@ -8,8 +8,9 @@ built from one scenario, one answer yes and one no, and both members mention the
 product is broken, which side of the threshold, whether the sentence is negated, which value
 the extraction copied). A model that matches the question's words against the text scores 0.5.
 
-Split by construction: a pair is wholly fit or wholly test (pairs alternate), so a scenario
-never appears on both sides; choice/score items alternate fit/test the same way.
+Split by construction: a pair is wholly fit or wholly test (pairs alternate), and a text is used
+by one pair or one choice/score item only, so no text appears on both sides; choice/score items
+alternate fit/test.
 """
 from __future__ import annotations
 
@@ -240,16 +241,16 @@ CHOICE_SCORE = {"route": route_choice, "moderate": moderation_choice, "urgency":
 def generate() -> list[dict]:
     rng = random.Random(SEED)
     rows: list[dict] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[str] = set()  # states: a text is used by one pair (or one choice/score item) only
     for kind, make in YESNO.items():
         pair = 0
         while pair < PAIRS_PER_KIND:
             members = list(make(rng))
-            if any((s, q) in seen for s, q, _ in members):
-                continue  # a repeated scenario: draw again so every item is distinct
+            if any(s in seen for s, _, _ in members):
+                continue  # a repeated text: draw again, so no text is on both sides of the split
             split = "fit" if pair % 2 == 0 else "test"
+            seen.update(s for s, _, _ in members)
             for s, q, answer in members:
-                seen.add((s, q))
                 rows.append({"id": f"gen-{kind}-{len([r for r in rows if r['kind'] == kind]) + 1:03d}",
                              "kind": kind, "state": s, "question": q, "answer": answer, "split": split})
             pair += 1
@@ -258,9 +259,9 @@ def generate() -> list[dict]:
         while made < CHOICE_SCORE_PER_KIND:
             item = make(rng, tries)
             tries += 1
-            if (item["state"], item["instructions"]) in seen:
+            if item["state"] in seen:
                 continue
-            seen.add((item["state"], item["instructions"]))
+            seen.add(item["state"])
             rows.append({"id": f"gen-{kind}-{made + 1:03d}", "kind": kind, **item,
                          "split": "fit" if made % 2 == 0 else "test"})
             made += 1

@@ -17,6 +17,7 @@ from quality.metrics import Outcome
 from quality.remote import RemoteRunner
 from shared.config import Settings
 from shared.profiles import Profile, load_profile
+from worker.head import Head
 
 
 def _finish(report: Report, out: str) -> None:
@@ -65,8 +66,6 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
         runner.close()
     fit = [o for o in outcomes if o.id in fit_ids]
     test = [o for o in outcomes if o.id in test_ids]
-    if head:
-        return _calibrate_head(profile, runner, fit, test, skipped, out=out, dry_run=dry_run)
     scale, bias = fit_platt(np.array([o.margin for o in fit]), np.array([o.answer == 0 for o in fit]))
     before = make_report(f"test half, before: scale={profile.scale:g} bias={profile.bias:g}", test, skipped)
     after = make_report(f"test half, after: scale={scale:.4f} bias={bias:.4f} (fitted on {len(fit)} fit items)",
@@ -74,39 +73,34 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
     _finish(before, str(Path(out) / "before") if out else "")
     print()
     _finish(after, str(Path(out) / "after") if out else "")
+    learned = _fit_head(profile, runner, fit, test, out) if head else None
     if dry_run:
         print(f"\n--dry-run: {profile.source} left unchanged")
-    else:
-        write_calibration(profile.source, scale, bias)
-        print(f"\nwrote [calibration] scale = {scale:.4f}, bias = {bias:.4f} into {profile.source}")
+        return 0
+    write_calibration(profile.source, scale, bias)
+    print(f"\nwrote [calibration] scale = {scale:.4f}, bias = {bias:.4f} into {profile.source}")
+    if learned:
+        head_obj, head_scale, head_bias = learned
+        path = profile.source.with_name(f"{profile.name}.head.npz")
+        head_obj.save(path)
+        write_section(profile.source, "head", {"file": path.name, "scale": head_scale, "bias": head_bias})
+        print(f"wrote {path} and [head] file, scale = {head_scale:.4f}, bias = {head_bias:.4f} into {profile.source}"
+              " (`enabled` unchanged: turn the head on only where it beats the margin on the test half)")
     return 0
 
 
-def _calibrate_head(profile: Profile, runner: LocalRunner, fit: list[Outcome], test: list[Outcome],
-                    skipped: list[Skipped], *, out: str, dry_run: bool) -> int:
-    """Fit the learned head on the fit half; report the test half with the profile's margin
-    calibration and with the head; write the head file and the [head] section."""
-    x_fit = np.array([runner.features[o.id] for o in fit])
+def _fit_head(profile: Profile, runner: LocalRunner, fit: list[Outcome], test: list[Outcome],
+              out: str) -> tuple[Head, float, float]:
+    """Fit the learned head and its calibration on the fit half and report it on the test half."""
     y_fit = np.array([o.answer == 0 for o in fit])
-    learned, penalty, oof = fit_head(x_fit, y_fit, runner.engine.readout.capture)
+    learned, penalty, oof = fit_head(np.array([runner.features[o.id] for o in fit]), y_fit,
+                                     runner.engine.readout.capture)
     scale, bias = fit_platt(oof, y_fit)
     test_logits = [learned.logit_of(runner.features[o.id]) for o in test]
-    reports = [
-        make_report(f"test half, logit margin: scale={profile.scale:g} bias={profile.bias:g}", test, skipped),
-        make_report(f"test half, learned head ({len(learned.ids)} logit columns, penalty {penalty:g}, fitted on "
-                    f"{len(fit)} fit items; scale={scale:.4f} bias={bias:.4f})",
-                    recalibrated(profile, [dataclasses.replace(o, margin=z) for o, z in zip(test, test_logits)],
-                                 scale, bias)),
-    ]
-    for report, name in zip(reports, ("margin", "head")):
-        _finish(report, str(Path(out) / name) if out else "")
-        print()
-    if dry_run:
-        print(f"--dry-run: {profile.source} left unchanged")
-        return 0
-    path = profile.source.with_name(f"{profile.name}.head.npz")
-    learned.save(path)
-    write_section(profile.source, "head", {"file": path.name, "scale": scale, "bias": bias})
-    print(f"wrote {path} and [head] file/scale/bias into {profile.source} "
-          "(its `enabled` is unchanged: turn the head on where it beats the margin on the test half)")
-    return 0
+    report = make_report(f"test half, learned head ({len(learned.ids)} logit columns, penalty {penalty:g}; "
+                         f"scale={scale:.4f} bias={bias:.4f} on out-of-fold logits of {len(fit)} fit items)",
+                         recalibrated(profile, [dataclasses.replace(o, margin=z) for o, z in zip(test, test_logits)],
+                                      scale, bias))
+    print()
+    _finish(report, str(Path(out) / "head") if out else "")
+    return learned, scale, bias
