@@ -2,8 +2,9 @@
 
 Weights never come from the network at run time. A package either ships the GGUF whole
 (`package_file`: used where pip put it, found without importing the package, whose own import
-may pull in things we do not need) or in chunks that its assemble() joins. Several workers may start at once, so the
-assembly happens under a file lock into a temporary file that is renamed when its SHA-256 checks.
+may pull in things we do not need) or in chunks that its assemble() joins. Several workers may
+start at once, so the assembly happens under a file lock into a temporary file that is renamed
+when its SHA-256 checks.
 """
 from __future__ import annotations
 
