@@ -21,7 +21,10 @@ from shared.profiles import Profile
 
 
 def fit_platt(margins: np.ndarray, labels: np.ndarray, *, steps: int = 100) -> tuple[float, float]:
-    """(scale, bias) minimising the log loss of sigmoid(scale·m + bias) against labels (0/1)."""
+    """(scale, bias) minimising the log loss of sigmoid(scale·m + bias) against labels (0/1),
+    with scale >= 0: a calibration may shrink what the model says, never turn it around. When
+    the unconstrained optimum has scale < 0 (the margins rank the fit half the wrong way), the
+    constrained one is scale = 0 and the bias alone: every answer the base rate."""
     m = np.asarray(margins, dtype=float)
     labels = np.asarray(labels, dtype=bool)
     if m.size < 2 or labels.all() or not labels.any():
@@ -46,6 +49,9 @@ def fit_platt(margins: np.ndarray, labels: np.ndarray, *, steps: int = 100) -> t
         w = w - t * step
         if np.max(np.abs(t * step)) < 1e-10:
             break
+    if w[0] < 0:  # the loss is convex, so the constrained optimum lies on scale = 0
+        base = float(np.mean(y))
+        return 0.0, float(np.log(base / (1 - base)))
     return float(w[0]), float(w[1])
 
 

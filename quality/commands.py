@@ -67,6 +67,7 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
     fit = [o for o in outcomes if o.id in fit_ids]
     test = [o for o in outcomes if o.id in test_ids]
     scale, bias = fit_platt(np.array([o.margin for o in fit]), np.array([o.answer == 0 for o in fit]))
+    _warn_if_flat("margin", scale)
     before = make_report(f"test half, before: scale={profile.scale:g} bias={profile.bias:g}", test, skipped)
     after = make_report(f"test half, after: scale={scale:.4f} bias={bias:.4f} (fitted on {len(fit)} fit items)",
                         recalibrated(profile, test, scale, bias))
@@ -89,6 +90,12 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
     return 0
 
 
+def _warn_if_flat(what: str, scale: float) -> None:
+    if scale == 0.0:
+        print(f"note: the {what} ranks the fit half no better than chance (or the wrong way round); "
+              "scale held at 0, so every answer is the base rate (quality/calibration.fit_platt)")
+
+
 def _fit_head(profile: Profile, runner: LocalRunner, fit: list[Outcome], test: list[Outcome],
               out: str) -> tuple[Head, float, float]:
     """Fit the learned head and its calibration on the fit half and report it on the test half."""
@@ -96,6 +103,7 @@ def _fit_head(profile: Profile, runner: LocalRunner, fit: list[Outcome], test: l
     learned, penalty, oof = fit_head(np.array([runner.features[o.id] for o in fit]), y_fit,
                                      runner.engine.readout.capture)
     scale, bias = fit_platt(oof, y_fit)
+    _warn_if_flat("head", scale)
     test_logits = [learned.logit_of(runner.features[o.id]) for o in test]
     report = make_report(f"test half, learned head ({len(learned.ids)} logit columns, penalty {penalty:g}; "
                          f"scale={scale:.4f} bias={bias:.4f} on out-of-fold logits of {len(fit)} fit items)",

@@ -92,6 +92,16 @@ def test_platt_fit_stays_finite_on_separable_data_and_refuses_one_class():
         fit_platt(np.array([0.1, 0.2]), np.array([1, 1]))
 
 
+def test_platt_never_turns_the_answers_around():
+    """Margins that rank the answers the wrong way get scale 0 and the base rate, not a flip."""
+    margins = np.array([-2.0, -1.0, 1.0, 2.0, -1.5, 0.5])
+    labels = np.array([1, 1, 0, 0, 1, 0])
+    scale, bias = fit_platt(margins, labels)
+    assert scale == 0.0 and bias == pytest.approx(0.0)
+    scale, _ = fit_platt(-margins, labels)
+    assert scale > 0
+
+
 def test_profile_rewrite_changes_only_the_two_numbers(tmp_path):
     path = tmp_path / "p.toml"
     shutil.copy(PROJECT_ROOT / "conf" / "models" / "gemma-3-270m.toml", path)
