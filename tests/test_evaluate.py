@@ -163,6 +163,7 @@ def local_report(small_set, tmp_path_factory):
     return out
 
 
+@pytest.mark.model
 def test_eval_in_process_writes_the_report_and_png(local_report):
     summary = json.loads((local_report / "summary.json").read_text())
     assert [s["name"] for s in summary["summaries"]] == ["fact", "choice", "score", "overall"]
@@ -175,6 +176,7 @@ def test_eval_in_process_writes_the_report_and_png(local_report):
     assert "overall" in (local_report / "summary.txt").read_text()
 
 
+@pytest.mark.model
 def test_calibrate_fits_on_the_fit_half_and_rewrites_the_profile(small_set, tmp_path, capsys):
     profile = tmp_path / "copy.toml"
     shutil.copy(PROJECT_ROOT / "conf" / "models" / "gemma-3-270m.toml", profile)
@@ -187,6 +189,7 @@ def test_calibrate_fits_on_the_fit_half_and_rewrites_the_profile(small_set, tmp_
     assert (tmp_path / "after" / "reliability.png").exists()
 
 
+@pytest.mark.model
 def test_calibrate_head_writes_a_head_that_eval_applies_bit_identically(tmp_path, capsys):
     """calibrate --head fits on the fit half and scores the test half from captured logit
     columns; eval --head on answers through the worker's readout: the same margins exactly."""

@@ -147,6 +147,7 @@ def engines():
     cached.close()
 
 
+@pytest.mark.model
 def test_with_the_head_answers_are_bit_identical_fresh_cached_alone_and_batched(engines):
     fresh, cached, head = engines
     reference = {}
@@ -164,6 +165,7 @@ def test_with_the_head_answers_are_bit_identical_fresh_cached_alone_and_batched(
     assert cached.cache.stats()["hits"] >= 3
 
 
+@pytest.mark.model
 def test_the_head_logit_is_the_head_applied_to_the_captured_columns(engines):
     fresh, _, head = engines
     fresh.readout.capture = head.ids
