@@ -11,7 +11,7 @@ import numpy as np
 from quality.calibration import fit_platt, recalibrated, write_calibration, write_section
 from quality.evaluate import Report, ask_all, describe, make_report, write_report
 from quality.head import feature_ids, fit_head
-from quality.items import Skipped, load_set
+from quality.items import load_set
 from quality.local import LocalRunner
 from quality.metrics import Outcome
 from quality.remote import RemoteRunner
