@@ -82,7 +82,7 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
     print(f"\nwrote [calibration] scale = {scale:.4f}, bias = {bias:.4f} into {profile.source}")
     if learned:
         head_obj, head_scale, head_bias = learned
-        path = profile.source.with_name(f"{profile.name}.head.npz")
+        path = profile.source.with_name(f"{profile.source.stem}.head.npz")  # next to the profile file
         head_obj.save(path)
         write_section(profile.source, "head", {"file": path.name, "scale": head_scale, "bias": head_bias})
         print(f"wrote {path} and [head] file, scale = {head_scale:.4f}, bias = {head_bias:.4f} into {profile.source}"
