@@ -64,10 +64,9 @@ class WorkerProcess:
         threads = settings.threads or len(self.cores)
         log.info("%s: loading %s on cores %s (%d threads)", self.worker_id, self.model_path, self.cores, threads)
         self.engine = build_engine(settings, self.profile, self.model_path, threads)
-        head = self.engine.readout.head
         # what this worker answers with: the model file, the mode, and the learned head if any
-        self.fingerprint = (f"{self.profile.name}:{self.model_sha256[:16]}:{settings.mode}"
-                            + (f":head-{head.digest[:16]}" if head else ""))
+        head = f":head-{file_sha256(Path(self.profile.head))[:16]}" if self.profile.head else ""
+        self.fingerprint = f"{self.profile.name}:{self.model_sha256[:16]}:{settings.mode}{head}"
         self.scheduler = Scheduler(
             self.engine, budget=settings.batch_tokens, max_requests=self.engine.max_batch_requests
         )
