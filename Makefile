@@ -103,3 +103,9 @@ bench-scaling: $(VENV)/.installed-bench
 .PHONY: prompt-variants
 prompt-variants: $(VENV)/.installed-bench
 	$(PY) -m bench.prompt_variants $(VARIANT_FLAGS)
+
+# How far choice / merged-option / score-threshold answers are from the relations probabilities
+# must satisfy, on the test half (docs/quality.md). BENCH_ARGS="--profile gemma-3-270m --head off".
+.PHONY: coherence
+coherence: $(VENV)/.installed-bench
+	$(PY) -m bench.coherence $(BENCH_ARGS)

@@ -139,14 +139,14 @@ async def health(request: web.Request) -> web.Response:
         "state_snapshots": {**{k: sum(int(s.get(k, 0)) for s in snapshots.values()) for k in counters},
                             "workers": snapshots},
     }
-    path = app[MODEL_FILE]
+    files = [app[MODEL_FILE]] + ([Path(app[PROFILE].head)] if app[PROFILE].head else [])  # GGUF (+ learned head)
     fingerprints = sorted({w.fingerprint for w in up})
     body = {
         "status": status,
         "model": app[PROFILE].name,
         "workers": [w.describe() for w in workers],
         "engine": engine,
-        "model_files": {path.name: file_sha256(path)},
+        "model_files": {path.name: file_sha256(path) for path in files},
         "fingerprint": fingerprints[0] if len(fingerprints) == 1 else fingerprints,
         "fleet": fleet.describe(),
     }

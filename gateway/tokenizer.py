@@ -14,7 +14,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 
 from shared.llama import llama, load_model, tokenize
-from shared.profiles import Profile, preamble_tokens
+from shared.profiles import Profile, encode_prefix, encode_suffix, preamble_tokens
 
 SUFFIX_CACHE = 4096  # distinct question texts whose ids are kept (a few hundred KB)
 
@@ -28,7 +28,8 @@ class Tokenizer:
         self.yes_ids = self._answer_ids(profile.yes)
         self.no_ids = self._answer_ids(profile.no)
         self.preamble_tokens = len(preamble_tokens(partial(tokenize, self.vocab), profile))
-        self._suffix_ids = lru_cache(maxsize=SUFFIX_CACHE)(lambda text: tuple(self.encode(text)))
+        self._suffix_ids = lru_cache(maxsize=SUFFIX_CACHE)(
+            lambda text: tuple(encode_suffix(partial(tokenize, self.vocab), profile, text)))
 
     def _answer_ids(self, words: tuple[str, ...]) -> list[int]:
         """The first token of each answer word (" Yes" and " yes" are single tokens in Gemma)."""
@@ -38,7 +39,8 @@ class Tokenizer:
         return tokenize(self.vocab, text, add_bos=bos)
 
     def encode_request(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
-        return self.encode(prefix, bos=self.profile.add_bos), [list(self._suffix_ids(s)) for s in suffixes]
+        return (encode_prefix(partial(tokenize, self.vocab), self.profile, prefix),
+                [list(self._suffix_ids(s)) for s in suffixes])
 
     async def encode_async(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
         return await asyncio.get_running_loop().run_in_executor(self.pool, self.encode_request, prefix, suffixes)

@@ -14,6 +14,8 @@ from typing import Sequence
 
 from shared.config import Settings, load_settings
 
+CALIBRATION_SETS = ("eval/yesno.jsonl", "eval/generated.jsonl")  # hand-written + templated (eval/README.md)
+
 HELP = {
     "host": "address the HTTP gateway listens on (default 127.0.0.1)",
     "port": "HTTP port (default 8017)",
@@ -77,16 +79,22 @@ def build_parser() -> argparse.ArgumentParser:
     decide.add_argument("--output", type=Path, help="where answers go (never overwritten; "
                         "with --jsonl: appended to, resuming after the lines already there)")
     evaluate = sub.add_parser("eval", help="score answers on a labeled set: accuracy, Brier, ECE, reliability PNG")
-    evaluate.add_argument("--set", dest="set_path", required=True, help="labeled JSONL set, e.g. eval/yesno.jsonl")
+    evaluate.add_argument("--set", dest="set_path", required=True, nargs="+",
+                          help="labeled JSONL set(s), e.g. eval/yesno.jsonl eval/generated.jsonl")
     evaluate.add_argument("--url", default="", help="ask a running server (e.g. http://127.0.0.1:8017) "
                                                     "instead of loading --profile in-process")
     evaluate.add_argument("--split", default="", help="only items of this split (fit or test; default all)")
     evaluate.add_argument("--out", default="eval-report", help="report directory (default ./eval-report)")
+    evaluate.add_argument("--head", choices=("profile", "on", "off"), default="profile",
+                          help="in-process: the profile's learned head as its [head] says, or on / off")
     calibrate = sub.add_parser("calibrate", help="fit the profile's [calibration] scale/bias on the fit half")
-    calibrate.add_argument("--set", dest="set_path", default="eval/yesno.jsonl",
-                           help="labeled yes/no JSONL set with fit/test splits (default eval/yesno.jsonl)")
+    calibrate.add_argument("--set", dest="set_path", nargs="+", default=list(CALIBRATION_SETS),
+                           help="labeled JSONL set(s) with fit/test splits; their yes/no items are used "
+                                "(default eval/yesno.jsonl eval/generated.jsonl)")
     calibrate.add_argument("--out", default="", help="also write before/after reports into this directory")
     calibrate.add_argument("--dry-run", action="store_true", help="report only; leave the profile unchanged")
+    calibrate.add_argument("--head", action="store_true", help="fit the learned yes/no head instead "
+                           "(worker/head.py): <profile>.head.npz and the profile's [head] section")
     for p in (serve, gateway, worker, decide, evaluate, calibrate):
         _add_settings_flags(p)
     lb = sub.add_parser("haproxy-conf", help="print the HAProxy configuration for several gateways (conf/haproxy.cfg)")
@@ -134,8 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"jevfleet {args.command} draws with matplotlib: pip install -e '.[quality]'", file=sys.stderr)
             return 2
         if args.command == "eval":
-            return commands.run_eval(settings, set_path=args.set_path, url=args.url, split=args.split, out=args.out)
-        return commands.run_calibrate(settings, set_path=args.set_path, out=args.out, dry_run=args.dry_run)
+            return commands.run_eval(settings, set_path=args.set_path, url=args.url, split=args.split, out=args.out,
+                                     head=args.head)
+        return commands.run_calibrate(settings, set_path=args.set_path, out=args.out, dry_run=args.dry_run,
+                                      head=args.head)
     if args.command == "decide":
         from jevfleet.decide import decide_file, decide_jsonl
 

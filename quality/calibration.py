@@ -9,6 +9,7 @@ finite and modest when a small set happens to be perfectly separated.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -20,7 +21,10 @@ from shared.profiles import Profile
 
 
 def fit_platt(margins: np.ndarray, labels: np.ndarray, *, steps: int = 100) -> tuple[float, float]:
-    """(scale, bias) minimising the log loss of sigmoid(scale·m + bias) against labels (0/1)."""
+    """(scale, bias) minimising the log loss of sigmoid(scale·m + bias) against labels (0/1),
+    with scale >= 0: a calibration may shrink what the model says, never turn it around. When
+    the unconstrained optimum has scale < 0 (the margins rank the fit half the wrong way), the
+    constrained one is scale = 0 and the bias alone: every answer the base rate."""
     m = np.asarray(margins, dtype=float)
     labels = np.asarray(labels, dtype=bool)
     if m.size < 2 or labels.all() or not labels.any():
@@ -45,6 +49,9 @@ def fit_platt(margins: np.ndarray, labels: np.ndarray, *, steps: int = 100) -> t
         w = w - t * step
         if np.max(np.abs(t * step)) < 1e-10:
             break
+    if w[0] < 0:  # the loss is convex, so the constrained optimum lies on scale = 0
+        base = float(np.mean(y))
+        return 0.0, float(np.log(base / (1 - base)))
     return float(w[0]), float(w[1])
 
 
@@ -60,44 +67,51 @@ def recalibrated(profile: Profile, outcomes: list[Outcome], scale: float, bias: 
     return out
 
 
-def _number(value: float) -> str:
+def _toml_value(value: float | bool | str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string for the file names written here
     if not np.isfinite(value):
         raise ValueError(f"refusing to write a non-finite calibration value {value!r}")
     return repr(round(float(value), 4))
 
 
 _SECTION = re.compile(r"^\s*\[(?P<name>[^\]]+)\]\s*(#.*)?$")
-_KEY = re.compile(r"^(?P<head>\s*(?P<key>scale|bias)\s*=\s*)(?P<value>[^#\s]+)(?P<tail>.*)$")
+_KEY = re.compile(r"^(?P<head>\s*(?P<key>[A-Za-z_]+)\s*=\s*)(?P<value>\"[^\"]*\"|[^#\s]+)(?P<tail>.*)$")
 
 
-def write_calibration(path: Path, scale: float, bias: float) -> None:
-    """Set [calibration] scale and bias in a profile TOML, changing only those two values
-    (comments, layout and every other line stay byte for byte). A missing key or section is
-    appended."""
+def write_section(path: Path, section_name: str, values: dict[str, float | bool | str]) -> None:
+    """Set keys of one [section] of a profile TOML, changing only those values (comments,
+    layout and every other line stay byte for byte). A missing key or section is appended."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
-    values = {"scale": scale, "bias": bias}
     section = ""
     seen: set[str] = set()
-    end_of_calibration = None
+    end_of_section = None
     for i, line in enumerate(lines):
         head = _SECTION.match(line)
         if head:
             section = head["name"].strip()
             continue
         key = _KEY.match(line.rstrip("\r\n"))
-        if section == "calibration":
-            end_of_calibration = i + 1
-            if key and key["key"] not in seen:
+        if section == section_name:
+            end_of_section = i + 1
+            if key and key["key"] in values and key["key"] not in seen:
                 seen.add(key["key"])
                 newline = line[len(line.rstrip("\r\n")):]
-                lines[i] = f"{key['head']}{_number(values[key['key']])}{key['tail']}{newline}"
-    missing = [f"{k} = {_number(values[k])}\n" for k in ("scale", "bias") if k not in seen]
+                lines[i] = f"{key['head']}{_toml_value(values[key['key']])}{key['tail']}{newline}"
+    missing = [f"{k} = {_toml_value(v)}\n" for k, v in values.items() if k not in seen]
     if missing:
-        if end_of_calibration is None:
+        if end_of_section is None:
             if lines and not lines[-1].endswith("\n"):
                 lines[-1] += "\n"
-            lines += ["\n[calibration]\n"]
-            end_of_calibration = len(lines)
-        lines[end_of_calibration:end_of_calibration] = missing
+            lines += [f"\n[{section_name}]\n"]
+            end_of_section = len(lines)
+        lines[end_of_section:end_of_section] = missing
     path.write_text("".join(lines), encoding="utf-8")
+
+
+def write_calibration(path: Path, scale: float, bias: float) -> None:
+    """Set [calibration] scale and bias (the plain margin's) in a profile TOML."""
+    write_section(path, "calibration", {"scale": scale, "bias": bias})

@@ -1,18 +1,23 @@
 """`jevfleet eval` and `jevfleet calibrate`: the command-line side of this package."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 import urllib.error
 from pathlib import Path
 
 import numpy as np
 
-from quality.calibration import fit_platt, recalibrated, write_calibration
+from quality.calibration import fit_platt, recalibrated, write_calibration, write_section
 from quality.evaluate import Report, ask_all, describe, make_report, write_report
+from quality.head import feature_ids, fit_head
 from quality.items import load_set
 from quality.local import LocalRunner
+from quality.metrics import Outcome
 from quality.remote import RemoteRunner
 from shared.config import Settings
+from shared.profiles import Profile, load_profile
+from worker.head import Head
 
 
 def _finish(report: Report, out: str) -> None:
@@ -22,31 +27,39 @@ def _finish(report: Report, out: str) -> None:
             print(f"wrote {path}")
 
 
-def run_eval(settings: Settings, *, set_path: str, url: str, split: str, out: str) -> int:
+def _set_name(set_path: list[str]) -> str:
+    return " + ".join(Path(p).name for p in set_path)
+
+
+def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, out: str, head: str = "profile") -> int:
+    """head: "profile" (as the profile says), "on" or "off" (in-process only)."""
     items = load_set(set_path, split)
-    runner = RemoteRunner(url) if url else LocalRunner(settings)
-    where = url or f"profile {settings.profile}, in-process"
+    profile = load_profile(settings.profile, head={"on": True, "off": False}.get(head))
+    runner = RemoteRunner(url) if url else LocalRunner(settings, profile)
+    where = url or f"profile {settings.profile}{' with its head' if profile.head else ''}, in-process"
     try:
-        outcomes, skipped = ask_all(runner, items, desc=Path(set_path).name)
+        outcomes, skipped = ask_all(runner, items, desc=_set_name(set_path))
     except urllib.error.URLError as exc:
         print(f"jevfleet eval: cannot reach {url}: {exc.reason}", file=sys.stderr)
         return 2
     finally:
         runner.close()
-    title = f"{Path(set_path).name}{' (' + split + ' half)' if split else ''}, {where}"
+    title = f"{_set_name(set_path)}{' (' + split + ' half)' if split else ''}, {where}"
     _finish(make_report(title, outcomes, skipped), out)
     return 0 if outcomes else 1
 
 
-def run_calibrate(settings: Settings, *, set_path: str, out: str, dry_run: bool) -> int:
+def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run: bool, head: bool = False) -> int:
     items = [i for i in load_set(set_path) if i.type == "noul"]
     fit_ids = {i.id for i in items if i.split == "fit"}
     test_ids = {i.id for i in items if i.split == "test"}
     if not fit_ids or not test_ids:
         print("jevfleet calibrate: the set needs yes/no items in both a fit and a test split", file=sys.stderr)
         return 2
-    runner = LocalRunner(settings)
+    runner = LocalRunner(settings, load_profile(settings.profile, head=False))
     profile = runner.profile
+    if head:
+        runner.engine.readout.capture = feature_ids(runner.engine.n_vocab, runner.tok.yes_ids + runner.tok.no_ids)
     try:
         outcomes, skipped = ask_all(runner, [i for i in items if i.id in fit_ids | test_ids], desc="margins")
     finally:
@@ -54,15 +67,48 @@ def run_calibrate(settings: Settings, *, set_path: str, out: str, dry_run: bool)
     fit = [o for o in outcomes if o.id in fit_ids]
     test = [o for o in outcomes if o.id in test_ids]
     scale, bias = fit_platt(np.array([o.margin for o in fit]), np.array([o.answer == 0 for o in fit]))
+    _warn_if_flat("margin", scale)
     before = make_report(f"test half, before: scale={profile.scale:g} bias={profile.bias:g}", test, skipped)
     after = make_report(f"test half, after: scale={scale:.4f} bias={bias:.4f} (fitted on {len(fit)} fit items)",
                         recalibrated(profile, test, scale, bias))
     _finish(before, str(Path(out) / "before") if out else "")
     print()
     _finish(after, str(Path(out) / "after") if out else "")
+    learned = _fit_head(profile, runner, fit, test, out) if head else None
     if dry_run:
         print(f"\n--dry-run: {profile.source} left unchanged")
-    else:
-        write_calibration(profile.source, scale, bias)
-        print(f"\nwrote [calibration] scale = {scale:.4f}, bias = {bias:.4f} into {profile.source}")
+        return 0
+    write_calibration(profile.source, scale, bias)
+    print(f"\nwrote [calibration] scale = {scale:.4f}, bias = {bias:.4f} into {profile.source}")
+    if learned:
+        head_obj, head_scale, head_bias = learned
+        path = profile.source.with_name(f"{profile.source.stem}.head.npz")  # next to the profile file
+        head_obj.save(path)
+        write_section(profile.source, "head", {"file": path.name, "scale": head_scale, "bias": head_bias})
+        print(f"wrote {path} and [head] file, scale = {head_scale:.4f}, bias = {head_bias:.4f} into {profile.source}"
+              " (`enabled` unchanged: turn the head on only where it beats the margin on the test half)")
     return 0
+
+
+def _warn_if_flat(what: str, scale: float) -> None:
+    if scale == 0.0:
+        print(f"note: the {what} ranks the fit half no better than chance (or the wrong way round); "
+              "scale held at 0, so every answer is the base rate (quality/calibration.fit_platt)")
+
+
+def _fit_head(profile: Profile, runner: LocalRunner, fit: list[Outcome], test: list[Outcome],
+              out: str) -> tuple[Head, float, float]:
+    """Fit the learned head and its calibration on the fit half and report it on the test half."""
+    y_fit = np.array([o.answer == 0 for o in fit])
+    learned, penalty, oof = fit_head(np.array([runner.features[o.id] for o in fit]), y_fit,
+                                     runner.engine.readout.capture)
+    scale, bias = fit_platt(oof, y_fit)
+    _warn_if_flat("head", scale)
+    test_logits = [learned.logit_of(runner.features[o.id]) for o in test]
+    report = make_report(f"test half, learned head ({len(learned.ids)} logit columns, penalty {penalty:g}; "
+                         f"scale={scale:.4f} bias={bias:.4f} on out-of-fold logits of {len(fit)} fit items)",
+                         recalibrated(profile, [dataclasses.replace(o, margin=z) for o, z in zip(test, test_logits)],
+                                      scale, bias))
+    print()
+    _finish(report, str(Path(out) / "head") if out else "")
+    return learned, scale, bias

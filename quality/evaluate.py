@@ -42,9 +42,10 @@ def make_report(title: str, outcomes: list[Outcome], skipped: list[Skipped] = ()
 
 
 def table(summaries: list[Summary]) -> str:
-    lines = [f"{'kind':<12} {'n':>4} {'accuracy':>9} {'Brier':>7} {'ECE':>7}"]
+    lines = [f"{'kind':<12} {'n':>4} {'accuracy':>9} {'AUC':>6} {'Brier':>7} {'ECE':>7}"]
     for s in summaries:
-        lines.append(f"{s.name:<12} {s.n:>4} {s.accuracy:>9.3f} {s.brier:>7.3f} {s.ece:>7.3f}")
+        auc = "" if s.auc != s.auc else f"{s.auc:.3f}"  # no AUC for choice/score groups
+        lines.append(f"{s.name:<12} {s.n:>4} {s.accuracy:>9.3f} {auc:>6} {s.brier:>7.3f} {s.ece:>7.3f}")
     return "\n".join(lines)
 
 

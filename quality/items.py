@@ -60,7 +60,7 @@ def _item(row: dict[str, Any], where: str) -> Item:
                         criteria=None, answer=row["answer"], split=row.get("split", ""))
         if kind not in ("choice", "score"):
             raise ValueError(f"unknown type {kind!r}")
-        item = Item(id=row["id"], kind=kind, type=kind, state=row["state"], question=row.get("instructions"),
+        item = Item(id=row["id"], kind=row.get("kind", kind), type=kind, state=row["state"], question=row.get("instructions"),
                     criteria=row["criteria"], answer=row["answer"], split=row.get("split", ""))
         item.answer_index  # the answer must be one of the options
         return item
@@ -70,19 +70,22 @@ def _item(row: dict[str, Any], where: str) -> Item:
         raise ValueError(f"{where}: {exc}") from None
 
 
-def load_set(path: str | Path, split: str = "") -> list[Item]:
-    """Every item of a JSONL set, or only those of one split ("fit" / "test")."""
-    path = Path(path)
-    if not path.exists() and not path.is_absolute() and (PROJECT_ROOT / path).exists():
-        path = PROJECT_ROOT / path  # eval/yesno.jsonl from any working directory
+def load_set(paths: str | Path | list[str | Path], split: str = "") -> list[Item]:
+    """Every item of one or more JSONL sets, or only those of one split ("fit" / "test")."""
     items = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            items.append(_item(json.loads(line), f"{path}:{n}"))
+    for path in paths if isinstance(paths, list) else [paths]:
+        path = Path(path)
+        if not path.exists() and not path.is_absolute() and (PROJECT_ROOT / path).exists():
+            path = PROJECT_ROOT / path  # eval/yesno.jsonl from any working directory
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                items.append(_item(json.loads(line), f"{path}:{n}"))
+    if len({i.id for i in items}) != len(items):
+        raise ValueError(f"{paths}: an item id occurs twice")
     if split:
         items = [i for i in items if i.split == split]
         if not items:
-            raise ValueError(f"{path}: no items in split {split!r}")
+            raise ValueError(f"{paths}: no items in split {split!r}")
     return items
 
 

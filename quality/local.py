@@ -35,6 +35,8 @@ class LocalRunner:
     def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
         self.settings = settings
         self.profile, self.tok, self.engine = load_in_process(settings, profile)
+        self.features: dict[str, object] = {}  # yes/no item id -> captured logits (engine.readout.capture)
+        self.margins: dict[str, list[float]] = {}  # item id -> the raw margin of each of its jobs
 
     def _prepare(self, item: Item) -> _Asked | Skipped:
         try:
@@ -64,6 +66,9 @@ class LocalRunner:
             for a, job in zip(chunk, jobs):
                 answer = pipeline.respond(self.profile, a.prepared, a.tokens, job.margins).answers[QUESTION_ID]
                 margin = job.margins[0] if a.item.type == "noul" else None
+                self.margins[a.item.id] = job.margins
+                if job.features and a.item.type == "noul":
+                    self.features[a.item.id] = job.features[0]
                 results[a.item.id] = outcome(a.item, answer.model_dump(), margin)
             progress(len(chunk))
         return [results[item.id] for item in items]

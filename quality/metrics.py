@@ -65,6 +65,7 @@ class Summary:
     brier: float
     ece: float
     bins: list[Bin]
+    auc: float = float("nan")  # of P(yes), over the group's yes/no items (nan without both answers)
 
 
 def reliability(p: np.ndarray, hit: np.ndarray, bins: int = BINS) -> list[Bin]:
@@ -94,8 +95,10 @@ def summarize(name: str, outcomes: list[Outcome], bins: int = BINS) -> Summary:
     p = np.array([e[0] for e in events], dtype=float)
     hit = np.array([e[1] for e in events], dtype=float)
     table = reliability(p, hit, bins)
+    noul = [o for o in outcomes if o.type == "noul"]
     return Summary(name=name, n=len(outcomes), accuracy=float(np.mean([o.correct for o in outcomes])),
-                   brier=float(np.mean([o.brier for o in outcomes])), ece=ece(table), bins=table)
+                   brier=float(np.mean([o.brier for o in outcomes])), ece=ece(table), bins=table,
+                   auc=auc(np.array([o.probs[0] for o in noul]), np.array([o.answer == 0 for o in noul])))
 
 
 def by_kind(outcomes: list[Outcome], bins: int = BINS) -> list[Summary]:

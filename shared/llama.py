@@ -45,18 +45,19 @@ def load_model(path: Path, *, vocab_only: bool = False):
     return model
 
 
-def tokenize(vocab, text: str, *, add_bos: bool = False) -> list[int]:
-    """Token ids of `text`. Special-token syntax inside user text is not parsed, so a state
-    containing "<start_of_turn>" is read as plain text."""
+def tokenize(vocab, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
+    """Token ids of `text`. Special-token syntax is parsed only when `special` is set, which
+    only a profile's own template text gets (shared/profiles.encode_prefix): a state containing
+    "<start_of_turn>" is read as plain text."""
     lib = llama()
     data = text.encode("utf-8")
     cap = len(data) + 8
     buf = (lib.llama_token * cap)()
-    n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, False)
+    n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, special)
     if n < 0:
         cap = -n
         buf = (lib.llama_token * cap)()
-        n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, False)
+        n = lib.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, special)
     return list(buf[:n])
 
 

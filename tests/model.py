@@ -13,9 +13,13 @@ from worker.engine import Engine, Job
 
 @lru_cache(maxsize=1)
 def default_model() -> tuple[Profile, Path]:
-    settings = load_settings(environ={})
-    profile = load_profile(settings.profile)
-    return profile, resolve_model(profile, settings.cache_path)
+    return model_of(load_settings(environ={}).profile)
+
+
+def model_of(profile_name: str) -> tuple[Profile, Path]:
+    """A profile and its GGUF, found as a worker finds it."""
+    profile = load_profile(profile_name)
+    return profile, resolve_model(profile, load_settings(environ={}).cache_path)
 
 
 def make_job(engine: Engine, state: str, questions: list[str]) -> Job:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 
 import numpy as np
@@ -20,6 +21,7 @@ from shared.profiles import load_profile
 
 YESNO = PROJECT_ROOT / "eval" / "yesno.jsonl"
 CHOICE_SCORE = PROJECT_ROOT / "eval" / "choice_score.jsonl"
+GENERATED = PROJECT_ROOT / "eval" / "generated.jsonl"
 
 
 def noul(p: float, yes: bool, kind: str = "k") -> Outcome:
@@ -90,6 +92,16 @@ def test_platt_fit_stays_finite_on_separable_data_and_refuses_one_class():
         fit_platt(np.array([0.1, 0.2]), np.array([1, 1]))
 
 
+def test_platt_never_turns_the_answers_around():
+    """Margins that rank the answers the wrong way get scale 0 and the base rate, not a flip."""
+    margins = np.array([-2.0, -1.0, 1.0, 2.0, -1.5, 0.5])
+    labels = np.array([1, 1, 0, 0, 1, 0])
+    scale, bias = fit_platt(margins, labels)
+    assert scale == 0.0 and bias == pytest.approx(0.0)
+    scale, _ = fit_platt(-margins, labels)
+    assert scale > 0
+
+
 def test_profile_rewrite_changes_only_the_two_numbers(tmp_path):
     path = tmp_path / "p.toml"
     shutil.copy(PROJECT_ROOT / "conf" / "models" / "gemma-3-270m.toml", path)
@@ -116,6 +128,13 @@ def test_profile_rewrite_adds_a_missing_calibration_section(tmp_path):
 def test_set_loading_checks_answers_and_splits(tmp_path):
     assert len(load_set(YESNO)) == 360 and len(load_set(YESNO, "test")) == 180
     assert {i.type for i in load_set(CHOICE_SCORE)} == {"choice", "score"}
+    both = [i for i in load_set([YESNO, GENERATED]) if i.type == "noul"]
+    assert len(both) >= 1000 and 0.45 < sum(i.split == "test" for i in both) / len(both) < 0.55
+    generated = load_set(GENERATED)
+    pairs = {}
+    for i in generated:  # a templated scenario (its state) never sits on both sides
+        pairs.setdefault(i.state, set()).add(i.split)
+    assert all(len(splits) == 1 for splits in pairs.values())
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "x", "type": "choice", "state": "s", "instructions": "i",
                                "criteria": {"a": None, "b": None}, "answer": "c"}) + "\n")
@@ -168,6 +187,31 @@ def test_calibrate_fits_on_the_fit_half_and_rewrites_the_profile(small_set, tmp_
     fitted = load_profile(str(profile))
     assert (fitted.scale, fitted.bias) != (original.scale, original.bias)
     assert (tmp_path / "after" / "reliability.png").exists()
+
+
+@pytest.mark.model
+def test_calibrate_head_writes_a_head_that_eval_applies_bit_identically(tmp_path, capsys):
+    """calibrate --head fits on the fit half and scores the test half from captured logit
+    columns; eval --head on answers through the worker's readout: the same margins exactly."""
+    rows = [line for line in GENERATED.read_text().splitlines(keepends=True) if '"kind": "ticket"' in line][:40]
+    small = tmp_path / "tickets.jsonl"
+    small.write_text("".join(rows))
+    profile = tmp_path / "copy.toml"
+    shutil.copy(PROJECT_ROOT / "conf" / "models" / "gemma-3-270m.toml", profile)
+    assert main(["calibrate", "--head", "--set", str(small), "--profile", str(profile), "--out", str(tmp_path / "cal")]) == 0
+    assert "learned head" in capsys.readouterr().out
+    assert (tmp_path / "copy.head.npz").exists() and load_profile(str(profile)).head == ""  # written, not enabled
+    on = load_profile(str(profile), head=True)
+    assert on.head == str(tmp_path / "copy.head.npz") and math.isfinite(on.scale)
+    assert main(["eval", "--set", str(small), "--split", "test", "--head", "on", "--profile", str(profile),
+                 "--out", str(tmp_path / "on")]) == 0
+
+    def margins(path):
+        return {o["id"]: o["margin"] for o in map(json.loads, path.read_text().splitlines())}
+
+    fitted = margins(tmp_path / "cal" / "head" / "outcomes.jsonl")
+    assert len(fitted) == 20 and margins(tmp_path / "on" / "outcomes.jsonl") == fitted
+    assert margins(tmp_path / "cal" / "after" / "outcomes.jsonl") != fitted
 
 
 @pytest.mark.fleet

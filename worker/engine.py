@@ -4,7 +4,8 @@ The engine reads a batch of requests: each request's prefix (preamble + state) i
 sequence of its own, starting from a state snapshot when one matches (worker/snapshots.py),
 then every suffix (one per yes/no job) into a sequence that starts as a copy of its prefix.
 Logits are computed only at the last token of each suffix, and only the yes/no token columns
-are read from them: the 262k-column output row is never copied.
+(or a learned head's columns, worker/head.py) are read from them: the 262k-column output row
+is never copied.
 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, of how the prompt
 was cut and of whether its state came from a snapshot (docs/architecture.md): flash attention
@@ -18,9 +19,10 @@ import ctypes
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from shared.llama import llama, load_model, set_abort_callback, tokenize
+from worker.head import Head, Readout
 from worker.pieces import piece_sizes
 from worker.snapshots import SnapshotCache
 
@@ -40,11 +42,7 @@ class Job:
     no_ids: list[int]
     margins: list[float] = field(default_factory=list)
     reused: int = 0  # prefix tokens taken from a snapshot or a batch mate instead of read
-
-
-def _logsumexp(values: list[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
+    features: dict[int, Any] = field(default_factory=dict)  # suffix -> captured logits (Readout.capture)
 
 
 class Engine:
@@ -59,6 +57,7 @@ class Engine:
         state_cache: int = 16,
         state_cache_tokens: int = 8192,
         extra_cells: int = 0,
+        head: Head | None = None,
     ) -> None:
         lib = llama()
         self.deterministic = deterministic
@@ -66,6 +65,7 @@ class Engine:
         self.model = load_model(model_path)
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
+        self.readout = Readout(self.n_vocab, head)  # margin per suffix: yes−no, or the learned head
         state_cache = max(0, state_cache)
         self.n_seq_max = N_WORK + state_cache
         if self.n_seq_max > MAX_SEQ:
@@ -111,8 +111,8 @@ class Engine:
             self.ctx_ptr = None
 
     # --- tokens -----------------------------------------------------------------------
-    def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]:
-        return tokenize(self.vocab, text, add_bos=add_bos)
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
+        return tokenize(self.vocab, text, add_bos=add_bos, special=special)
 
     # --- cells (the snapshot cache's backend) -------------------------------------------
     def copy(self, src: int, dst: int, length: int) -> None:
@@ -232,10 +232,7 @@ class Engine:
 
             def take(k: int, logits) -> None:
                 _, j, s = wave[k]
-                job = jobs[j]
-                yes = _logsumexp([logits[t] for t in job.yes_ids])
-                no = _logsumexp([logits[t] for t in job.no_ids])
-                job.margins[s] = yes - no
+                jobs[j].margins[s] = self.readout.margin(jobs[j], s, logits)
 
             read += self._read(items, take)
             for seq, _, _ in wave:

@@ -28,6 +28,7 @@ from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile, preamble_tokens
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
+from worker.head import load_head
 from worker.model_thread import ModelThread
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
@@ -47,6 +48,7 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
         deterministic=settings.mode == "deterministic",
         state_cache=settings.state_cache,
         state_cache_tokens=settings.state_cache_tokens,
+        head=load_head(Path(profile.head)) if profile.head else None,
     )
     engine.pin(preamble_tokens(engine.tokenize, profile))
     return engine
@@ -63,6 +65,9 @@ class WorkerProcess:
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
         self.threads = settings.threads or len(self.cores)
+        # what this worker answers with: the model file, the mode, and the learned head if any
+        head = f":head-{file_sha256(Path(self.profile.head))[:16]}" if self.profile.head else ""
+        self.fingerprint = f"{self.profile.name}:{self.model_sha256[:16]}:{settings.mode}{head}"
         self.engine: Engine | None = None  # built by the model thread
         self.scheduler: Scheduler | None = None
         self._stop = threading.Event()
@@ -75,7 +80,7 @@ class WorkerProcess:
             cores=self.cores,
             model=self.profile.name,
             model_sha256=self.model_sha256,
-            fingerprint=f"{self.profile.name}:{self.model_sha256[:16]}:{self.settings.mode}",
+            fingerprint=self.fingerprint,
             queued_tokens=tokens,
             queued_requests=requests,
             snapshot_keys=list(self.engine.cache.keys),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from shared.profiles import Profile
+from shared.profiles import Profile, encode_prefix, encode_suffix
 from worker.engine import Engine, Job
 
 IDLE_GRACE_S = 0.5  # empty-queue time before idle warmup starts
@@ -21,8 +21,8 @@ WARM_ROWS = 60  # longest warm call: every deterministic-mode shape; fast mode's
 def make_job(engine: Engine, profile: Profile, state: str, questions: list[str]) -> Job:
     """A request rendered and tokenized the way the gateway does it (plain-text state, yes/no
     questions): for warmup, tests and benchmarks."""
-    prefix = engine.tokenize(profile.preamble + profile.prefix.format(state=state), add_bos=profile.add_bos)
-    suffixes = [engine.tokenize(profile.suffix.format(question=q)) for q in questions]
+    prefix = encode_prefix(engine.tokenize, profile, profile.preamble + profile.prefix.format(state=state))
+    suffixes = [encode_suffix(engine.tokenize, profile, profile.suffix.format(question=q)) for q in questions]
     yes = sorted({engine.tokenize(w)[0] for w in profile.yes})
     no = sorted({engine.tokenize(w)[0] for w in profile.no})
     return Job(prefix=prefix, suffixes=suffixes, yes_ids=yes, no_ids=no)
