@@ -3,7 +3,7 @@
     make bench-decode                     # or: python -m bench.decode_cost [--reps N]
 
 Written to explain why llama-server answers W1 faster than our fleet (docs/benchmarks.md).
-Per mode (each in a child process: the mode is fixed when llama.cpp is loaded) it prints
+Per mode (each in a child process of its own) it prints
   - reading n tokens in one llama_decode call at position 0, and 48 tokens in three calls of
     16 (what a W1 request costs us: state in pieces, then the question in its own sequence);
   - Engine.run on W1 requests with the preamble pinned, as a worker runs them, and the share
