@@ -5,6 +5,7 @@ import logging
 import os
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 from aiohttp import hdrs, web
@@ -21,9 +22,11 @@ from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
 from shared.config import Settings
+from shared.llama import tokenize
 from shared.messages import Score
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile
+from shared.serving import serving_facts
 
 log = logging.getLogger("jevfleet.gateway")
 
@@ -149,6 +152,7 @@ async def health(request: web.Request) -> web.Response:
         "model_files": {path.name: file_sha256(path)},
         "fingerprint": fingerprints[0] if len(fingerprints) == 1 else fingerprints,
         "fleet": fleet.describe(),
+        "refused_workers": fleet.admission.describe(forget_after_s=settings.dead_after_s),
     }
     return web.json_response(body, status=200 if up else 503)
 
@@ -164,7 +168,9 @@ def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
     app[MODEL_FILE] = resolve_model(profile, settings.cache_path, settings.model)
     app[TOKENIZER] = Tokenizer(app[MODEL_FILE], profile, threads=settings.tokenizer_threads,
                                deterministic=settings.mode == "deterministic")
-    app[FLEET] = Fleet(settings, preamble_tokens=app[TOKENIZER].preamble_tokens)
+    app[FLEET] = Fleet(settings, preamble_tokens=app[TOKENIZER].preamble_tokens,
+                       serves=serving_facts(profile=profile, model_sha256=file_sha256(app[MODEL_FILE]),
+                                            mode=settings.mode, tokenize=partial(tokenize, app[TOKENIZER].vocab)))
 
     async def fleet_ctx(app: web.Application):
         settings.run_path.mkdir(parents=True, exist_ok=True)

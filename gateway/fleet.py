@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
+from gateway.admission import Admission
 from gateway.capacity import Limits, TokenRate, fits, retry_after_s
 from gateway.routing import PrefixMemory, Work, choose
 from shared import curve
@@ -127,9 +128,11 @@ class Inflight:
 
 
 class Fleet:
-    def __init__(self, settings: Settings, *, preamble_tokens: int = 0) -> None:
-        """preamble_tokens: how many tokens every prompt starts with that each worker keeps."""
+    def __init__(self, settings: Settings, *, preamble_tokens: int = 0, serves: dict[str, str] | None = None) -> None:
+        """preamble_tokens: how many tokens every prompt starts with that each worker keeps;
+        serves: the gateway's serving facts, which a worker must state to be admitted."""
         self.settings = settings
+        self.admission = Admission(serves)
         self.preamble_tokens = preamble_tokens
         self.endpoint = settings.zmq_endpoint
         self.heartbeat_s = settings.heartbeat_s
@@ -340,6 +343,8 @@ class Fleet:
             self._gone.add((worker.worker_id, worker.pid))
             self._mark_down(worker, f"restarted as pid {msg.pid}")
             worker = None
+        if worker is None and not self.admission.admits(msg):
+            return
         if worker is None:
             worker = WorkerState(worker_id=msg.worker_id, identity=identity, pid=msg.pid, cores=msg.cores,
                                  model=msg.model, model_sha256=msg.model_sha256, fingerprint=msg.fingerprint,
