@@ -24,13 +24,16 @@ from shared.config import Settings
 from shared.messages import Cancel, Drain, Error, Heartbeat, Message, Ready, Score, decode, encode
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile, preamble_tokens
+from shared.serving import serving_facts
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
+from worker.outbox import Outbox
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
 
 log = logging.getLogger("jevfleet.worker")
 RESULTS = "inproc://results"
+EXIT_FLUSH_S = 2.0  # at exit, how long held answers wait for a gateway that is not reading
 
 
 def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int) -> Engine:
@@ -65,6 +68,8 @@ class WorkerProcess:
         self.scheduler = Scheduler(
             self.engine, budget=settings.batch_tokens, max_requests=self.engine.max_batch_requests
         )
+        self.serves = serving_facts(profile=self.profile, model_sha256=self.model_sha256, mode=settings.mode,
+                                    tokenize=self.engine.tokenize)
         self._stop = threading.Event()
 
     def status(self, kind: type[Ready] = Heartbeat) -> Ready:
@@ -81,6 +86,7 @@ class WorkerProcess:
             snapshot_keys=list(self.engine.cache.keys),
             stats={**vars(self.scheduler.counters), "state_snapshots": self.engine.cache.stats()},
             draining=self._stop.is_set(),
+            serves=self.serves,
         )
 
     def _scheduler_thread(self, zctx: zmq.Context) -> None:
@@ -121,43 +127,43 @@ class WorkerProcess:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
 
-        def send(frame: bytes) -> None:
-            try:  # never block on a gateway that is away: its queue fills, we drop
-                dealer.send(frame, zmq.NOBLOCK)
-            except zmq.Again:
-                log.warning("%s: gateway not reading; dropped a message", self.worker_id)
-
-        send(encode(self.status(Ready)))
+        outbox = Outbox(dealer)
+        outbox.send(encode(self.status(Ready)))
         log.info("%s: ready, connected to %s%s", self.worker_id, self.settings.zmq_endpoint,
                  " (CURVE)" if self.keys else "")
         poller = zmq.Poller()
-        poller.register(dealer, zmq.POLLIN)
-        poller.register(pull, zmq.POLLIN)
         beat = self.settings.heartbeat_s
         next_beat = time.monotonic() + beat
         left: list[str] | None = None  # requests handed back, once draining
         while left is None or thread.is_alive() or pull.poll(0):
             if left is None and self._stop.is_set():  # SIGTERM: hand the queue back
                 left = self.scheduler.stop()
-                send(encode(Drain(worker_id=self.worker_id, request_ids=left)))
+                outbox.send(encode(Drain(worker_id=self.worker_id, request_ids=left)))
                 log.info("%s: draining, %d queued requests handed back", self.worker_id, len(left))
             elif left is None and not thread.is_alive():  # crashed: exit non-zero, get restarted
                 log.error("%s: scheduler thread died; exiting", self.worker_id)
                 return 1
+            # back-pressure: while the outbox is full, results wait in the scheduler's socket
+            poller.register(dealer, zmq.POLLIN | (zmq.POLLOUT if outbox.held else 0))
+            poller.register(pull, 0 if outbox.full else zmq.POLLIN)
             events = dict(poller.poll(timeout=max(0.0, next_beat - time.monotonic()) * 1000))
-            if dealer in events:
+            if events.get(dealer, 0) & zmq.POLLIN:
                 try:
                     reply = self._on_message(decode(dealer.recv()))
                 except ValueError as exc:
                     log.warning("dropped a bad frame: %s", exc)
                 else:
                     if reply is not None:
-                        send(encode(reply))
+                        outbox.send(encode(reply))
+            if events.get(dealer, 0) & zmq.POLLOUT:
+                outbox.flush()
             if pull in events:
-                send(pull.recv())
+                outbox.send(pull.recv())
             if time.monotonic() >= next_beat:
-                send(encode(self.status()))
+                outbox.send_status(encode(self.status()))
                 next_beat = time.monotonic() + beat
+        if not outbox.flush_for(EXIT_FLUSH_S):
+            log.warning("%s: gateway not reading; %d messages unsent at exit", self.worker_id, len(outbox.held))
         log.info("%s: drained, exiting", self.worker_id)
         dealer.close()
         pull.close()
