@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from functools import partial
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from gateway.errors import (ApiError, detail, internal_error, method_not_allowed
                             unauthorized)
 from gateway.fleet import Fleet, Unavailable
 from gateway.metrics import install as install_metrics, record_batch
+from gateway.request_ids import request_id, unique
 from gateway.shedding import shed_when_full
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
@@ -37,6 +37,7 @@ TOKENIZER = web.AppKey("tokenizer", Tokenizer)
 MODEL_FILE = web.AppKey("model_file", Path)
 API_KEY = web.AppKey("api_key", str)  # "" = no authentication
 TIMING = "timing"  # request key: the request's Timing, started before its body is read
+REQUEST_ID = "request_id"  # request key: gateway/request_ids.py
 
 # aiohttp must hand us compressed bodies as they are: it would answer zstd with a text/plain 400
 # and inflate gzip without our size limit. gateway/body.py decompresses, bounded.
@@ -62,7 +63,7 @@ def _check_api_key(request: web.Request) -> None:
 async def request_id_and_errors(request: web.Request, handler) -> web.StreamResponse:
     """Every response carries a request id (the client's, if it sent one), every error body is
     JSON, every POST answer has Server-Timing, and the API key is checked before anything else."""
-    rid = request.headers.get("x-request-id") or request.headers.get("x-typesafe-request-id") or uuid.uuid4().hex
+    rid = request[REQUEST_ID] = request_id(request.headers)
     timing = request[TIMING] = Timing()
     try:
         _check_api_key(request)
@@ -76,7 +77,7 @@ async def request_id_and_errors(request: web.Request, handler) -> web.StreamResp
     except web.HTTPException as exc:
         response = error_response(detail(exc.status, exc.reason))
     except Exception:  # a bug: still a JSON body, and the trace goes to the log, not the client
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        log.exception("request %s: unhandled error on %s %s", rid, request.method, request.path)
         response = error_response(internal_error())
     if request.method == "POST":
         response.headers["Server-Timing"] = timing.header()
@@ -105,13 +106,19 @@ async def systemone(request: web.Request) -> web.Response:
     with timing.phase("tokenize"):
         ids = await tok.encode_async(prepared.rendered.prefix, prepared.rendered.suffixes)
         tokens = pipeline.check_tokens(prepared, *ids, settings.ctx)
-    score = Score(request_id=uuid.uuid4().hex, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
+    fleet = app[FLEET]
+    rid = unique(request[REQUEST_ID], fleet.inflight_ids)
+    score = Score(request_id=rid, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
     try:
-        result = await app[FLEET].submit(score)
+        result = await fleet.submit(score)
     except Unavailable as exc:  # 429 every queue full, 503 no worker / past deadline
+        if exc.status != 429:  # a 429 is cheap and may come by the thousand: not logged
+            log.info("request %s: %d, %s", rid, exc.status, exc)
         raise overloaded(exc.status, str(exc), retry_after=exc.retry_after) from None
     record_batch(request, result.batch_requests)
+    log.info("request %s: answered, %d tokens, queue %.0f ms, run %.0f ms", rid, tokens.count, result.queue_ms,
+             result.run_ms)
     timing.set("queue", result.queue_ms)
     timing.set("inference", result.run_ms)
     timing.lap("wait")  # queue + inference as the worker measured them, set above

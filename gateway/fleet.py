@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import KeysView
 
 import zmq
 import zmq.asyncio
@@ -186,6 +187,10 @@ class Fleet:
         return {**self.counters, "inflight": len(self._inflight), "parked": len(self._parked)}
 
     # --- requests -----------------------------------------------------------------------
+    @property
+    def inflight_ids(self) -> KeysView[str]:
+        return self._inflight.keys()
+
     def work(self, score: Score) -> Work:
         questions = sum(len(s) for s in score.suffixes)
         state = max(0, len(score.prefix) - self.preamble_tokens)
