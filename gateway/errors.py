@@ -133,3 +133,13 @@ def json_invalid(position: int, message: str) -> ApiError:
 def check_failed(loc: list, msg: str, kind: str = "value_error") -> ApiError:
     """The short form of the checks a schema cannot express: no input, no ctx."""
     return ApiError(422, {"detail": [{"loc": loc, "msg": msg, "type": kind}]})
+
+
+def non_finite(value: float) -> ApiError:
+    """NaN or ±Infinity anywhere in a body (1e400 reads as inf): the reference's words, no "Value error," prefix."""
+    return check_failed(["body"], f"Out of range float values are not JSON compliant: {value!r}")
+
+
+def not_encodable(exc: UnicodeError) -> ApiError:
+    """A text with a lone surrogate ("\\ud800") that cannot be tokenized, or a body that is not UTF-8."""
+    return check_failed(["body"], f"Value error, {exc}" if isinstance(exc, UnicodeEncodeError) else str(exc))
