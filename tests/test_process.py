@@ -173,3 +173,21 @@ def await_log_line(proc: subprocess.Popen, text: str, timeout: float = 60) -> No
 
     threading.Thread(target=read, daemon=True).start()
     assert found.wait(timeout), "".join(lines[-20:])
+
+
+def test_when_the_gateway_connection_drops_the_queued_requests_are_dropped_and_the_running_one_finishes(router):
+    sock, proc = router
+    receive(sock, lambda m: isinstance(m, Ready))
+    for rid in ("r1", "r2", "r3"):
+        sock.send_multipart([b"fake", encode(score(rid))])
+    receive(sock, lambda m: isinstance(m, Heartbeat) and m.queued_requests == 3)
+    endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    sock.close(linger=0)  # the gateway is gone
+    await_log_line(proc, "gateway connection lost; dropped 2 queued requests")
+    successor = zmq.Context.instance().socket(zmq.ROUTER)
+    successor.bind(endpoint)
+    try:  # the worker comes back to the new gateway with nothing queued but what was running
+        beat = receive(successor, lambda m: isinstance(m, Heartbeat) and m.queued_requests == 0)[-1]
+        assert beat.stats["cancelled"] == 2
+    finally:
+        successor.close(linger=0)

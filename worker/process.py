@@ -110,6 +110,14 @@ class WorkerProcess:
             return Error(request_id=msg.request_id, code="cancelled", message="dropped before it ran")
         return None  # Ping needs no answer: the gateway only wanted to know the link is up
 
+    def _gateway_lost(self) -> None:
+        """The connection to the gateway dropped: it died (its successor knows nothing of what
+        it sent) or it saw the drop too and sent our requests elsewhere. Either way nobody
+        waits for the queued ones: drop them, so a restarted gateway's requests do not queue
+        behind orphans. The running batch finishes; its results are ignored if unwanted."""
+        dropped = self.scheduler.clear()
+        log.warning("%s: gateway connection lost; dropped %d queued requests", self.worker_id, len(dropped))
+
     def serve(self) -> int:
         if self.settings.warmup:
             startup_warmup(self.engine, self.profile)
@@ -121,6 +129,7 @@ class WorkerProcess:
         dealer.setsockopt(zmq.LINGER, 2000)
         if self.keys is not None:
             self.keys.apply(dealer)
+        lost = dealer.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         dealer.connect(self.settings.zmq_endpoint)
         thread = threading.Thread(target=self._scheduler_thread, args=(zctx,), name="scheduler")
         thread.start()
@@ -146,6 +155,7 @@ class WorkerProcess:
             # back-pressure: while the outbox is full, results wait in the scheduler's socket
             poller.register(dealer, zmq.POLLIN | (zmq.POLLOUT if outbox.held else 0))
             poller.register(pull, 0 if outbox.full else zmq.POLLIN)
+            poller.register(lost, zmq.POLLIN)
             events = dict(poller.poll(timeout=max(0.0, next_beat - time.monotonic()) * 1000))
             if events.get(dealer, 0) & zmq.POLLIN:
                 try:
@@ -159,12 +169,17 @@ class WorkerProcess:
                 outbox.flush()
             if pull in events:
                 outbox.send(pull.recv())
+            if lost in events:
+                lost.recv_multipart()
+                self._gateway_lost()
             if time.monotonic() >= next_beat:
                 outbox.send_status(encode(self.status()))
                 next_beat = time.monotonic() + beat
         if not outbox.flush_for(EXIT_FLUSH_S):
             log.warning("%s: gateway not reading; %d messages unsent at exit", self.worker_id, len(outbox.held))
         log.info("%s: drained, exiting", self.worker_id)
+        dealer.disable_monitor()
+        lost.close()
         dealer.close()
         pull.close()
         zctx.term()
