@@ -17,7 +17,7 @@ from gateway.errors import (ApiError, detail, internal_error, method_not_allowed
 from gateway.fleet import Fleet, Unavailable
 from gateway.metrics import install as install_metrics, record_batch
 from gateway.request_ids import request_id, unique
-from gateway.shedding import shed_when_full
+from gateway.shedding import refuse_if_full, shed_when_full
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
@@ -103,6 +103,7 @@ async def systemone(request: web.Request) -> web.Response:
                          content_encoding=request.headers.get(hdrs.CONTENT_ENCODING), limit=settings.max_body_bytes)
     with timing.phase("validate"):
         prepared = pipeline.prepare(body, profile)
+    refuse_if_full(app[FLEET])  # not worth a place in the tokenizer's queue
     with timing.phase("tokenize"):
         ids = await tok.encode_async(prepared.rendered.prefix, prepared.rendered.suffixes)
         tokens = pipeline.check_tokens(prepared, *ids, settings.ctx)
