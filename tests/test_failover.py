@@ -132,9 +132,8 @@ def test_sigkill_of_the_gateway_under_load_fails_only_what_was_in_flight_and_wor
     dropped = [t for w in (0, 1) for t in log_times_after(duo.run_dir / f"worker_{w:02d}.log",
                                                            "gateway connection lost", killed_wall)]
     assert len(dropped) >= 2, "each worker noticed the dead gateway"
-    queue_ms = [float(dict(p.split(";dur=") for p in o.headers["Server-Timing"].split(", "))["queue"])
-                for o in later[:6]]
-    print(f"\ngateway SIGKILL under load: {len(in_flight)} requests in flight got a connection error; workers saw the "
-          f"drop {max(dropped):.2f} s after the kill and dropped their queues; gateway ready again "
-          f"{back_at - killed_at:.1f} s after the kill; the first requests after it waited "
-          f"{max(queue_ms):.0f} ms at most in a worker queue (orphaned work left)")
+    counts = [int(n) for w in (0, 1) for n in re.findall(r"gateway connection lost; dropped (\d+) queued",
+                                                           (duo.run_dir / f"worker_{w:02d}.log").read_text())]
+    print(f"\ngateway SIGKILL under load: {len(in_flight)} requests in flight got a connection error; the workers saw "
+          f"the drop {max(dropped):.2f} s after the kill and dropped {counts[-2:]} queued requests (orphaned work "
+          f"left: the batch each was running); gateway ready again {back_at - killed_at:.1f} s after the kill")
