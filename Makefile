@@ -20,21 +20,29 @@ LOADTEST_OUT ?= docs/benchmarks
 
 .PHONY: serve test setup clean loadtest bench-engine
 
+# $(STAMP): the package with what `make serve` needs. Each extra of pyproject.toml (test, loadtest,
+# bench, quality) has a stamp of its own, installed by the targets that use it.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar off -e '.[test]'
+	$(PY) -m pip install --progress-bar off -e .
 	touch $(STAMP)
+
+$(VENV)/.installed-%: $(STAMP)
+	$(PY) -m pip install --progress-bar off -e '.[$*]'
+	touch $@
 
 setup: $(STAMP)
 
 serve: $(STAMP)
 	exec $(VENV)/bin/jevfleet serve $(SERVE_FLAGS)
 
-test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# Three tiers, each timed: fast (no model), model (the GGUF in-process), fleet (supervisord); see
+# tests/tiers.py. PYTEST_ARGS go to every tier; a tier that fails or selects nothing fails the run.
+test: $(VENV)/.installed-test
+	$(PY) -m tests.tiers $(PYTEST_ARGS)
 
-loadtest: $(STAMP)
+loadtest: $(VENV)/.installed-loadtest
 	$(PY) -m loadtest.sweep --target $(LOADTEST_TARGET) --users $(LOADTEST_USERS) \
 		--duration $(LOADTEST_DURATION) --workload $(LOADTEST_WORKLOAD) --out $(LOADTEST_OUT)
 
@@ -42,38 +50,38 @@ clean:
 	rm -rf $(VENV) build *.egg-info
 
 .PHONY: bench-latency
-bench-latency: $(STAMP)
+bench-latency: $(VENV)/.installed-bench
 	$(PY) -m bench.latency
 
 # Gateway-side overhead (Server-Timing parse/validate/tokenize/respond), a gateway with a stub worker.
 # BENCH_ARGS="--short 50 --large 5" for a quick run; --url http://... to measure a running fleet.
 .PHONY: bench-gateway
-bench-gateway: $(STAMP)
+bench-gateway: $(VENV)/.installed-bench
 	$(PY) -m bench.gateway_overhead $(BENCH_ARGS)
 
 .PHONY: bench-decide
-bench-decide: $(STAMP)
+bench-decide: $(VENV)/.installed-bench
 	$(PY) -m bench.decide
 
 .PHONY: bench-engine
 # Engine benchmark (batching, snapshots, warmup, memory, modes); BENCH_ARGS=--quick for a short run.
-bench-engine: $(STAMP)
+bench-engine: $(VENV)/.installed-bench
 	$(PY) -m bench.engine $(BENCH_ARGS)
 
 # Where a short request's time goes in the worker (llama_decode calls, cache size), both modes.
 .PHONY: bench-decode
-bench-decode: $(STAMP)
+bench-decode: $(VENV)/.installed-bench
 	$(PY) -m bench.decode_cost $(BENCH_ARGS)
 
 # The same closed-loop load on fleets of different shapes: 1 worker × 2 threads vs 2 × 1 here.
 # BENCH_ARGS=--quick for a short run; --shapes 1x2,2x2,4x2,8x2 on a bigger machine.
 .PHONY: bench-scaling
-bench-scaling: $(STAMP)
+bench-scaling: $(VENV)/.installed-bench
 	$(PY) -m bench.scaling $(BENCH_ARGS)
 
 # Compare prompt formats of the default profile on the fit half of eval/yesno.jsonl (docs/quality.md).
 .PHONY: prompt-variants
-prompt-variants: $(STAMP)
+prompt-variants: $(VENV)/.installed-bench
 	$(PY) -m bench.prompt_variants $(VARIANT_FLAGS)
 
 # About 10,000 generated and mutated requests (bodies, headers, byte-level damage, compression bombs,
@@ -81,7 +89,7 @@ prompt-variants: $(STAMP)
 # 0 responses >= 500, 0 hangs, 0 worker restarts, and the tally printed (`make test` runs a quarter).
 .PHONY: fuzz
 fuzz: $(STAMP)
-	JEV_FUZZ_SCALE=$(or $(FUZZ_SCALE),4) $(PY) -m pytest tests/test_fuzz.py -q -s -p no:cacheprovider
+	JEV_FUZZ_FLEET=1 JEV_FUZZ_SCALE=$(or $(FUZZ_SCALE),4) $(PY) -m pytest tests/test_fuzz.py -q -s -p no:cacheprovider
 
 # Overload soak and refusal speed: warm-up, a burst of 400 (time to a 429), 200 closed-loop clients for
 # 5 minutes, then 1 minute at normal load; RSS, open fds and latency before/after. About 8 minutes.

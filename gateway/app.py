@@ -165,20 +165,19 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response(body, status=200 if up else 503)
 
 
-def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
-    """api_key: when not empty, the Bearer token every call but /health and /metrics needs."""
+def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokenizer: Tokenizer, fleet: Fleet,
+               api_key: str = "") -> web.Application:
+    """The routes over parts the caller built: build_app passes the real ones; tests pass a small
+    tokenizer and a fleet of scripted workers, so the HTTP contract is tested without the model.
+    api_key: when not empty, the Bearer token every call but /health and /metrics needs."""
     app = web.Application(middlewares=[request_id_and_errors, shed_when_full(FLEET, "/v1/systemone")],
                           client_max_size=settings.max_body_bytes + BODY_SLACK)
-    profile = load_profile(settings.profile)
     app[SETTINGS] = settings
     app[API_KEY] = api_key
     app[PROFILE] = profile
-    app[MODEL_FILE] = resolve_model(profile, settings.cache_path, settings.model)
-    app[TOKENIZER] = Tokenizer(app[MODEL_FILE], profile, threads=settings.tokenizer_threads,
-                               deterministic=settings.mode == "deterministic")
-    app[FLEET] = Fleet(settings, preamble_tokens=app[TOKENIZER].preamble_tokens,
-                       serves=serving_facts(profile=profile, model_sha256=file_sha256(app[MODEL_FILE]),
-                                            mode=settings.mode, tokenize=partial(tokenize, app[TOKENIZER].vocab)))
+    app[MODEL_FILE] = model_file
+    app[TOKENIZER] = tokenizer
+    app[FLEET] = fleet
 
     async def fleet_ctx(app: web.Application):
         settings.run_path.mkdir(parents=True, exist_ok=True)
@@ -195,9 +194,22 @@ def create_app(settings: Settings, *, api_key: str = "") -> web.Application:
     return app
 
 
+def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
+    """The gateway's app: the profile's GGUF read vocab-only to tokenize, and the fleet's ROUTER."""
+    profile = load_profile(settings.profile)
+    model_file = resolve_model(profile, settings.cache_path, settings.model)
+    tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads,
+                          deterministic=settings.mode == "deterministic")
+    fleet = Fleet(settings, preamble_tokens=tokenizer.preamble_tokens,
+                  serves=serving_facts(profile=profile, model_sha256=file_sha256(model_file), mode=settings.mode,
+                                       tokenize=partial(tokenize, tokenizer.vocab)))
+    return create_app(settings, profile=profile, model_file=model_file, tokenizer=tokenizer, fleet=fleet,
+                      api_key=api_key)
+
+
 def run_gateway_process(settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    app = create_app(settings, api_key=os.environ.get("JEV_API_KEY", ""))
+    app = build_app(settings, api_key=os.environ.get("JEV_API_KEY", ""))
     # handler_cancellation: a client that disconnects cancels its handler, which withdraws
     # its queued work from the worker. SIGTERM: stop accepting, let handlers finish, exit 0.
     web.run_app(app, host=settings.host, port=settings.port, access_log=None, shutdown_timeout=settings.deadline_s,

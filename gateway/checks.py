@@ -1,5 +1,5 @@
 """The checks a schema cannot express, run once the schema passed, in the short error form
-({"loc", "msg", "type"}; wire-spec.md's table). The first failing check is reported.
+({"loc", "msg", "type"}; the checks table of docs/wire.md). The first failing check is reported.
 
 Nothing is ever truncated to fit: too long is an error. Pure functions (no HTTP), shared with
 the offline `decide` command.

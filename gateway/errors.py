@@ -2,7 +2,7 @@
 
 The request path (gateway/body.py, wire.py, checks.py) raises ApiError; the aiohttp app turns it
 into a response and the offline `decide` command prints the same body. Shapes follow
-wire-spec.md, which follows FastAPI's (clients written for it parse these).
+FastAPI's, as docs/wire.md lists them (clients written for the System One API parse these).
 """
 from __future__ import annotations
 

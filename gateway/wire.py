@@ -1,4 +1,4 @@
-"""The System One request and response shapes (../shared/wire-spec.md), as pydantic v2 models.
+"""The System One request and response shapes (docs/wire.md), as pydantic v2 models.
 
 Schema errors come out of pydantic already in FastAPI's 422 shape (validate() adds the "body"
 loc prefix the way FastAPI does); checks a schema cannot express live in gateway/checks.py and

@@ -113,14 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = _settings(args)
     from shared.curve import CurveError
 
-    if args.command == "eval":
-        from quality.commands import run_eval
-
-        return run_eval(settings, set_path=args.set_path, url=args.url, split=args.split, out=args.out)
-    if args.command == "calibrate":
-        from quality.commands import run_calibrate
-
-        return run_calibrate(settings, set_path=args.set_path, out=args.out, dry_run=args.dry_run)
+    if args.command in ("eval", "calibrate"):
+        try:
+            from quality import commands
+        except ModuleNotFoundError as exc:  # the plot's matplotlib is the `quality` extra
+            if exc.name != "matplotlib":
+                raise
+            print(f"jevfleet {args.command} draws with matplotlib: pip install -e '.[quality]'", file=sys.stderr)
+            return 2
+        if args.command == "eval":
+            return commands.run_eval(settings, set_path=args.set_path, url=args.url, split=args.split, out=args.out)
+        return commands.run_calibrate(settings, set_path=args.set_path, out=args.out, dry_run=args.dry_run)
     if args.command == "decide":
         from jevfleet.decide import decide_file, decide_jsonl
 

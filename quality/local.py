@@ -4,7 +4,7 @@ validation, prompt rendering, tokenizing, answer assembly) and the worker's engi
 
 Items go to the engine in batches of as many requests as it takes at once; the pinned preamble
 means each item reads only its state and question. Deterministic mode gives the same margins
-on every path (architecture.md), so these are exactly the server's answers — plus the raw
+on every path (docs/architecture.md), so these are exactly the server's answers — plus the raw
 yes−no margins that calibration needs.
 """
 from __future__ import annotations

@@ -1,8 +1,29 @@
+"""Session fixtures (a real fleet, in-process gateways) and the tiers' markers and guard (tests/tiers.py)."""
 from __future__ import annotations
 
 import pytest
 
+from tests import tiers
 from tests.fleet import Fleet, start_fleet
+from tests.inprocess import InProcessGateway
+
+API_KEY = "jev-test-key"
+FLEET_FIXTURES = {"fleet"}  # a test using one of these is a fleet test, marked or not
+
+tiers.install_guard()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Before `-m` selects: the tier follows from the fixtures a test uses, not only its marker."""
+    for item in items:
+        if FLEET_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("fleet") is None:
+            item.add_marker(pytest.mark.fleet)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    tiers.guard(item.nodeid, {m.name for m in item.iter_markers()})
 
 
 @pytest.fixture(scope="session")
@@ -14,12 +35,17 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     assert f.stop() == 0, f.logs()
 
 
-API_KEY = "jev-test-key"
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> InProcessGateway:
+    """The gateway in this process with a scripted worker and no model (tests/inprocess.py)."""
+    g = InProcessGateway(tmp_path_factory.mktemp("gateway"))
+    yield g
+    g.stop()
 
 
 @pytest.fixture(scope="session")
-def auth_fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
-    """A second real fleet started with JEV_API_KEY set, shared by the authentication tests."""
-    f = start_fleet(tmp_path_factory.mktemp("auth_fleet"), workers=1, env={"JEV_API_KEY": API_KEY})
-    yield f
-    assert f.stop() == 0, f.logs()
+def auth_gateway(tmp_path_factory: pytest.TempPathFactory) -> InProcessGateway:
+    """An in-process gateway that requires API_KEY, shared by the authentication tests."""
+    g = InProcessGateway(tmp_path_factory.mktemp("auth_gateway"), api_key=API_KEY)
+    yield g
+    g.stop()

@@ -15,6 +15,7 @@ class FakeWorker:
                  cores: tuple[int, ...] = (0,), keys=None, serves: dict[str, str] | None = None) -> None:
         self.worker_id, self.pid, self.cores = worker_id, pid, list(cores)
         self.serves = serves or {}
+        self.answered: list[str] = []  # request ids, by answer_every_score
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt_string(zmq.IDENTITY, worker_id)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -47,7 +48,7 @@ class FakeWorker:
         if self._beat is not None:
             self._beat.cancel()
 
-    async def recv(self, timeout: float = 3.0) -> Message:
+    async def recv(self, timeout: float | None = 3.0) -> Message:
         """The next message other than a Ping."""
         async with asyncio.timeout(timeout):
             while True:
@@ -65,6 +66,15 @@ class FakeWorker:
     async def answer(self, score: Score, margin: float = 1.0, read: int = 100, run_ms: float = 100.0) -> None:
         await self.send(Result(request_id=score.request_id, margins=[margin] * len(score.suffixes), queue_ms=0.0,
                                run_ms=run_ms, batch_requests=1, read_tokens=read))
+
+    async def answer_every_score(self, margin: float = 0.0) -> None:
+        """Answer each Score at once with `margin` for every suffix, until cancelled: the worker
+        behind an in-process gateway (tests/inprocess.py). Cancels find nothing left to withdraw."""
+        while True:
+            msg = await self.recv(timeout=None)
+            if isinstance(msg, Score):
+                self.answered.append(msg.request_id)
+                await self.answer(msg, margin, read=len(msg.prefix) + sum(map(len, msg.suffixes)), run_ms=0.0)
 
     def close(self) -> None:
         self.stop_beating()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+refusal = ""  # when set, why the running test may not start a fleet (tests/tiers.py guard)
 
 
 def free_port() -> int:
@@ -93,6 +94,8 @@ class Fleet:
 
 def start_fleet(run_dir: Path, *, workers: int = 1, extra: list[str] | None = None,
                 env: dict | None = None) -> Fleet:
+    if refusal:
+        raise RuntimeError(refusal)
     port = free_port()
     cmd = [sys.executable, "-m", "jevfleet", "serve", "--port", str(port), "--workers", str(workers),
            "--run-dir", str(run_dir), *(extra or [])]

@@ -1,4 +1,5 @@
-"""Black-box tests: the real fleet (supervisord, gateway, a worker, the real model) over HTTP."""
+"""Black-box tests: the real fleet (supervisord, gateway, a worker, the real model) over HTTP, and
+the routes that need no answer on the in-process gateway (tests/inprocess.py)."""
 from __future__ import annotations
 
 import json
@@ -81,27 +82,24 @@ def test_health_reports_ready_workers_and_model_identity(fleet):
     assert len(sha) == 64 and body["fingerprint"]
 
 
-@pytest.mark.fleet
-def test_models_lists_the_served_model_then_the_alias(fleet):
-    status, _, raw = http("GET", fleet.url + "/v1/models")
+def test_models_lists_the_served_model_then_the_alias(gateway):
+    status, _, raw = http("GET", gateway.url + "/v1/models")
     assert status == 200
     names = [m["name"] for m in json.loads(raw)["models"]]
     assert names == ["gemma-3-270m", "jev-latest"]
     assert all(len(m["release_date"]) == 10 for m in json.loads(raw)["models"])
 
 
-@pytest.mark.fleet
-def test_unknown_path_and_wrong_method_answer_json(fleet):
-    status, headers, raw = http("GET", fleet.url + "/nowhere")
+def test_unknown_path_and_wrong_method_answer_json(gateway):
+    status, headers, raw = http("GET", gateway.url + "/nowhere")
     assert (status, json.loads(raw)) == (404, {"detail": "Not Found"})
-    status, headers, raw = http("GET", fleet.url + "/v1/systemone")
+    status, headers, raw = http("GET", gateway.url + "/v1/systemone")
     assert (status, json.loads(raw)) == (405, {"detail": "Method Not Allowed"})
     assert headers["Allow"] == "POST"
 
 
-@pytest.mark.fleet
-def test_bad_body_is_a_422_not_a_5xx(fleet):
-    status, _, body = post_json(fleet.url + "/v1/systemone", {"model": "jev-latest", "state": "x", "questions": {}})
+def test_bad_body_is_a_422_not_a_5xx(gateway):
+    status, _, body = post_json(gateway.url + "/v1/systemone", {"model": "jev-latest", "state": "x", "questions": {}})
     assert status == 422 and body["detail"][0]["loc"] == ["body", "questions"]
-    status, _, body = post_json(fleet.url + "/v1/systemone", {**README_EXAMPLE, "model": "gpt-4"})
+    status, _, body = post_json(gateway.url + "/v1/systemone", {**README_EXAMPLE, "model": "gpt-4"})
     assert status == 422 and body["detail"][0]["type"] == "value_error"

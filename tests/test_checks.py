@@ -1,5 +1,5 @@
 """The semantic checks in the short form ({"loc", "msg", "type"}), one test per row of
-wire-spec.md's table, through the same pipeline the gateway runs (no server)."""
+the checks table in docs/wire.md, through the same pipeline the gateway runs (no server)."""
 from __future__ import annotations
 
 import json

@@ -60,6 +60,7 @@ def test_an_existing_output_file_is_never_overwritten(tmp_path):
     assert output.read_text() == "keep me"
 
 
+@pytest.mark.model
 def test_output_file_gets_the_printed_answer(tmp_path):
     request, output = tmp_path / "req.json", tmp_path / "answer.json"
     request.write_text(json.dumps(MIXED))
@@ -79,6 +80,7 @@ def jsonl_requests() -> list[str]:
     return lines
 
 
+@pytest.mark.model
 def test_jsonl_answers_every_line_in_order_and_resumes(tmp_path):
     requests, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     requests.write_text("\n".join(jsonl_requests()) + "\n")

@@ -10,6 +10,8 @@ from shared.messages import prefix_key
 from tests.model import make_job, pinned_engine
 from worker.engine import Engine, Job
 
+pytestmark = pytest.mark.model
+
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:

@@ -144,6 +144,7 @@ def local_report(small_set, tmp_path_factory):
     return out
 
 
+@pytest.mark.model
 def test_eval_in_process_writes_the_report_and_png(local_report):
     summary = json.loads((local_report / "summary.json").read_text())
     assert [s["name"] for s in summary["summaries"]] == ["fact", "choice", "score", "overall"]
@@ -156,6 +157,7 @@ def test_eval_in_process_writes_the_report_and_png(local_report):
     assert "overall" in (local_report / "summary.txt").read_text()
 
 
+@pytest.mark.model
 def test_calibrate_fits_on_the_fit_half_and_rewrites_the_profile(small_set, tmp_path, capsys):
     profile = tmp_path / "copy.toml"
     shutil.copy(PROJECT_ROOT / "conf" / "models" / "gemma-3-270m.toml", profile)

@@ -1,11 +1,12 @@
 """Never a 5xx for client input: thousands of random and mutated bodies, content types and
-encodings against the real fleet over HTTP. Every answer must be 200/400/413/422 with a JSON body,
-within HANG_S, and no worker restarts. `make fuzz` runs the same with JEV_FUZZ_SCALE=4 (about
-10,000 requests) and prints the tally.
+encodings over HTTP. Every answer must be 200/400/413/422 with a JSON body, within HANG_S.
 
-Answered requests cost model time, so mutated bodies carry a poison question whose prompt is
-longer than the context: everything else about them is still parsed, validated, rendered and
-tokenized, but they stop before inference. A few valid requests with odd text go all the way.
+The thousands go to the in-process gateway (tests/inprocess.py: the product's request path, a
+scripted worker, no model). Mutated bodies carry a poison question whose prompt is longer than
+the context: everything else about them is still parsed, validated, rendered and tokenized, but
+they stop before inference. A few valid requests with odd text go all the way on the real fleet.
+`make fuzz` sends about 10,000 (JEV_FUZZ_SCALE=4) to the real fleet instead (JEV_FUZZ_FLEET=1),
+checks that no worker restarted, and prints the tally.
 """
 from __future__ import annotations
 
@@ -33,12 +34,11 @@ if sys.version_info >= (3, 14):
 else:
     from backports import zstd
 
-pytestmark = pytest.mark.fleet
-
 PATH = "/v1/systemone"
 ALLOWED = {200, 400, 413, 422}
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
 SCALE = float(os.environ.get("JEV_FUZZ_SCALE", "1"))  # `make fuzz`: 4
+AGAINST_FLEET = os.environ.get("JEV_FUZZ_FLEET") == "1"  # `make fuzz`: the real fleet, not the in-process gateway
 HANG_S = 60  # an answer later than this is a hang (the fleet is shared with nothing else here)
 TALLY: Counter = Counter()  # status -> responses, printed at the end
 
@@ -82,8 +82,16 @@ START_PIDS: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
-def client(fleet) -> Client:
-    START_PIDS.update({w: s["pid"] for w, s in workers(fleet).items()})
+def client(request) -> Client:
+    """The in-process gateway; the real fleet under `make fuzz`."""
+    target = request.getfixturevalue("fleet" if AGAINST_FLEET else "gateway")
+    if AGAINST_FLEET:
+        START_PIDS.update({w: s["pid"] for w, s in workers(target).items()})
+    return Client(target.url)
+
+
+@pytest.fixture(scope="module")
+def fleet_client(fleet) -> Client:
     return Client(fleet.url)
 
 
@@ -248,14 +256,16 @@ def test_random_content_types_and_encodings_never_get_a_5xx(client, data):
     check(*client.post(*data.draw(transports(body))))
 
 
+@pytest.mark.fleet
 @settings(FUZZ, max_examples=examples(8))
 @given(odd_text.filter(str.strip), odd_text.filter(lambda t: 0 < len(t.strip()) <= 128 and t != "c"),
        odd_text.filter(lambda t: t.strip() and t != "other"), odd_text)
-def test_valid_requests_with_odd_text_are_answered(client, state, qid, option, instructions):
+def test_valid_requests_with_odd_text_are_answered(fleet_client, state, qid, option, instructions):
     body = {"model": "jev-latest", "state": state, "questions": {
         qid: {"type": "noul", "instructions": instructions},
         "c": {"type": "choice", "instructions": instructions, "criteria": {option: instructions, "other": None}}}}
-    status, resp, raw = client.post(json.dumps(body, ensure_ascii=False).encode(), {"Content-Type": "application/json"})
+    status, resp, raw = fleet_client.post(json.dumps(body, ensure_ascii=False).encode(),
+                                          {"Content-Type": "application/json"})
     check(status, resp, raw)
     assert status == 200, raw
     answers = json.loads(raw)["answers"]
@@ -308,12 +318,15 @@ def test_bombs_lying_lengths_and_other_text_encodings_never_get_a_5xx(client, da
         assert not reply or reply[9:10] in (b"2", b"4"), reply[:300]  # an answer or a closed connection
 
 
-def test_no_worker_restarted_and_the_tally(fleet, client):
-    """Runs last in this module: the workers that answered the fuzz are the ones that started it."""
-    now = {w: s["pid"] for w, s in workers(fleet).items()}
-    assert now == START_PIDS, (START_PIDS, now)
-    assert all(s["state"] == "up" for s in workers(fleet).values())
+def test_no_worker_restarted_and_the_tally(request, client):
+    """Runs last in this module: against the real fleet, the workers that answered the fuzz are
+    the ones that started it."""
+    if AGAINST_FLEET:
+        fleet = request.getfixturevalue("fleet")
+        now = {w: s["pid"] for w, s in workers(fleet).items()}
+        assert now == START_PIDS, (START_PIDS, now)
+        assert all(s["state"] == "up" for s in workers(fleet).values())
     total = sum(v for k, v in TALLY.items() if isinstance(k, int))
     print(f"\nfuzz (scale {SCALE}): {total} HTTP answers {dict(sorted((k, v) for k, v in TALLY.items() if isinstance(k, int)))}"
           f", raw exchanges {dict(sorted((k, v) for k, v in TALLY.items() if isinstance(k, str)))}; "
-          f"0 >= 500, 0 hangs (each within {HANG_S} s), 0 worker restarts")
+          f"0 >= 500, 0 hangs (each within {HANG_S} s)" + (", 0 worker restarts" if AGAINST_FLEET else ""))

@@ -1,17 +1,11 @@
-"""gateway/request_ids.py, and the client's x-request-id followed through a real gateway app to
-the Score its worker receives (a scripted worker over real ZeroMQ; the real vocabulary)."""
+"""gateway/request_ids.py, and the client's x-request-id followed through the in-process gateway
+(tests/inprocess.py) to the Score its worker receives and the gateway's log."""
 from __future__ import annotations
 
-import asyncio
+import json
 
-import zmq.asyncio
-from aiohttp.test_utils import TestClient, TestServer
-
-from gateway.app import FLEET, create_app
 from gateway.request_ids import request_id, unique
-from shared.config import Settings
-from shared.messages import Score
-from tests.fake_worker import FakeWorker
+from tests.fleet import http
 from tests.load import decision
 
 
@@ -31,29 +25,13 @@ def test_an_id_already_in_flight_gets_a_suffix():
     assert twin.startswith("r1.") and len(twin) == 11
 
 
-def test_the_clients_id_reaches_the_worker_and_the_log(tmp_path, caplog):
-    async def scenario() -> None:
-        app = create_app(Settings(endpoint=f"ipc://{tmp_path}/w.ipc", run_dir=str(tmp_path), workers=1))
-        async with TestClient(TestServer(app)) as client:
-            ctx = zmq.asyncio.Context()
-            worker = await FakeWorker(ctx, app[FLEET].endpoint, "w", serves=app[FLEET].admission.expected).start()
-            try:
-                async def answer_one() -> Score:
-                    score = await worker.recv(timeout=10)
-                    await worker.answer(score)
-                    return score
-
-                for sent, expected in (("trace-me-1", "trace-me-1"), ("not sane!", None)):
-                    answered = asyncio.create_task(answer_one())
-                    resp = await client.post("/v1/systemone", json=decision("Ok."), headers={"x-request-id": sent})
-                    assert resp.status == 200, await resp.text()
-                    rid = resp.headers["x-request-id"]
-                    assert (await answered).request_id == rid == resp.headers["x-typesafe-request-id"]
-                    assert rid == expected if expected else len(rid) == 32
-                    assert f"request {rid}: answered" in caplog.text
-            finally:
-                worker.close()
-                ctx.term()
-
+def test_the_clients_id_reaches_the_worker_and_the_log(gateway, caplog):
     with caplog.at_level("INFO", logger="jevfleet.gateway"):
-        asyncio.run(scenario())
+        for sent, expected in (("trace-me-1", "trace-me-1"), ("not sane!", None)):
+            status, headers, raw = http("POST", gateway.url + "/v1/systemone", json.dumps(decision("Ok.")).encode(),
+                                        {"Content-Type": "application/json", "x-request-id": sent})
+            assert status == 200, raw
+            rid = headers["x-request-id"]
+            assert rid == headers["x-typesafe-request-id"] == gateway.worker.answered[-1]
+            assert rid == expected if expected else len(rid) == 32
+            assert f"request {rid}: answered" in caplog.text

@@ -1,5 +1,6 @@
-"""The official Python client (typesafe-sdk) against the real fleet: its normal calls, with its
-zstd body compression on and off, with and without an API key, and its error mapping."""
+"""The official Python client (typesafe-sdk): its normal calls against the real fleet, with its
+zstd body compression on and off; its model list, API key and error mapping against the
+in-process gateway (tests/inprocess.py), which answers without the model."""
 from __future__ import annotations
 
 import httpx2
@@ -8,8 +9,6 @@ from typesafe_sdk import (Choice, Noul, Score, TypeSafeAuthenticationError, Type
                           TypeSafeUnprocessableEntityError)
 
 from tests.conftest import API_KEY
-
-pytestmark = pytest.mark.fleet
 
 QUESTIONS = {
     "billing": Noul(instructions="Is this a billing problem?"),
@@ -47,6 +46,7 @@ def check_result(result) -> None:
     assert isinstance(result.usage.input_tokens, int) and result.usage.input_tokens > 0
 
 
+@pytest.mark.fleet
 def test_sdk_asks_noul_choice_and_score_without_compression(fleet):
     recorder = Recorder()
     with sdk(fleet.url, compression=False, recorder=recorder) as client:
@@ -54,6 +54,7 @@ def test_sdk_asks_noul_choice_and_score_without_compression(fleet):
     assert "content-encoding" not in recorder.headers[-1]
 
 
+@pytest.mark.fleet
 def test_sdk_zstd_compressed_body_gets_the_same_answer_as_uncompressed(fleet):
     recorder = Recorder()
     with sdk(fleet.url, compression="zstd", recorder=recorder) as client:
@@ -65,23 +66,23 @@ def test_sdk_zstd_compressed_body_gets_the_same_answer_as_uncompressed(fleet):
     assert compressed.model_dump() == plain.model_dump()
 
 
-def test_sdk_lists_the_served_model_and_the_alias(fleet):
-    with sdk(fleet.url) as client:
+def test_sdk_lists_the_served_model_and_the_alias(gateway):
+    with sdk(gateway.url) as client:
         assert [m.name for m in client.models.list().models] == ["gemma-3-270m", "jev-latest"]
 
 
-def test_sdk_sees_a_422_as_unprocessable_with_the_message_and_request_id(fleet):
-    with sdk(fleet.url) as client, pytest.raises(TypeSafeUnprocessableEntityError) as caught:
+def test_sdk_sees_a_422_as_unprocessable_with_the_message_and_request_id(gateway):
+    with sdk(gateway.url) as client, pytest.raises(TypeSafeUnprocessableEntityError) as caught:
         client.system_one(state=SHORT_STATE, questions=QUESTIONS, model="gpt-4")
     assert "Unknown model 'gpt-4'" in str(caught.value) and caught.value.request_id
 
 
-def test_sdk_with_the_right_api_key_is_answered(auth_fleet):
-    with sdk(auth_fleet.url, api_key=API_KEY) as client:
+def test_sdk_with_the_right_api_key_is_answered(auth_gateway):
+    with sdk(auth_gateway.url, api_key=API_KEY) as client:
         check_result(client.system_one(state=LONG_STATE, questions=QUESTIONS))
 
 
-def test_sdk_with_a_wrong_api_key_gets_an_authentication_error(auth_fleet):
-    with sdk(auth_fleet.url, api_key="not-the-key") as client, pytest.raises(TypeSafeAuthenticationError) as caught:
+def test_sdk_with_a_wrong_api_key_gets_an_authentication_error(auth_gateway):
+    with sdk(auth_gateway.url, api_key="not-the-key") as client, pytest.raises(TypeSafeAuthenticationError) as caught:
         client.system_one(state=SHORT_STATE, questions=QUESTIONS)
     assert caught.value.status == 401 and "API key" in str(caught.value)

@@ -196,6 +196,7 @@ def check_cache(engine: Engine) -> None:
         assert in_position_order(engine, e.seq), f"snapshot {e.key} has cells out of position order"
 
 
+@pytest.mark.model
 def test_answers_are_bit_identical_fresh_cold_warm_alone_and_batched(fresh, cached):
     reference = {}
     for name, text in STATES.items():
@@ -219,6 +220,7 @@ def test_answers_are_bit_identical_fresh_cold_warm_alone_and_batched(fresh, cach
     assert served_from_snapshot >= 5 and stats["hits"] >= 5 and stats["relocations"] >= 1, stats
 
 
+@pytest.mark.model
 def test_states_longer_than_the_sliding_window(fresh, cached):
     """Gemma 3's sliding-window layers see the last 512 positions, and a relocated snapshot
     keeps only those: a partial match into a long snapshot is used while its window is held and

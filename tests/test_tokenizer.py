@@ -10,6 +10,8 @@ from gateway.wire import validate
 from shared.llama import load_model, llama, tokenize
 from tests.model import default_model
 
+pytestmark = pytest.mark.model
+
 STATES = [
     "I was charged twice for the same order.",
     "Ends with spaces and a newline   \n",

@@ -59,6 +59,7 @@ def engine() -> Engine:
     engine.close()
 
 
+@pytest.mark.model
 def test_startup_warmup_keeps_no_snapshot_and_counts_nothing(engine):
     profile, _ = default_model()
     before = engine.cache.stats()
@@ -67,6 +68,7 @@ def test_startup_warmup_keeps_no_snapshot_and_counts_nothing(engine):
     assert 32 in engine.seen_shapes
 
 
+@pytest.mark.model
 def test_a_request_arriving_during_idle_warmup_is_answered(engine):
     job = make_job(engine, "The train to Porto left twenty minutes late.", ["Was the train late?"])
     engine.run([job])

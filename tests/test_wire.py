@@ -1,5 +1,5 @@
 """Schema validation without a server: pydantic's errors in FastAPI's 422 shape, byte for byte
-where wire-spec.md gives an example."""
+where docs/wire.md gives an example."""
 from __future__ import annotations
 
 import json

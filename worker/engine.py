@@ -7,7 +7,7 @@ Logits are computed only at the last token of each suffix, and only the yes/no t
 are read from them: the 262k-column output row is never copied.
 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, of how the prompt
-was cut and of whether its state came from a snapshot (see architecture.md): no weight
+was cut and of whether its state came from a snapshot (docs/architecture.md): no weight
 repacking, no tiled K-quant matmul, flash attention on, every micro-batch 2..32 tokens
 (worker/pieces.py), and every sequence's KV cells in position order (worker/snapshots.py).
 Only the scheduler thread may call into an Engine.
