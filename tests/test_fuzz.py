@@ -39,6 +39,8 @@ ALLOWED = {200, 400, 413, 422}
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
 SCALE = float(os.environ.get("JEV_FUZZ_SCALE", "1"))  # `make fuzz`: 4
 AGAINST_FLEET = os.environ.get("JEV_FUZZ_FLEET") == "1"  # `make fuzz`: the real fleet, not the in-process gateway
+if AGAINST_FLEET:
+    pytestmark = pytest.mark.fleet
 HANG_S = 60  # an answer later than this is a hang (the fleet is shared with nothing else here)
 TALLY: Counter = Counter()  # status -> responses, printed at the end
 
