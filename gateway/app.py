@@ -17,7 +17,7 @@ from gateway.errors import (ApiError, detail, internal_error, method_not_allowed
 from gateway.fleet import Fleet, Unavailable
 from gateway.metrics import install as install_metrics, record_batch
 from gateway.request_ids import request_id, unique
-from gateway.shedding import refuse_if_full, shed_when_full
+from gateway.shedding import queued, refuse_if_full, shed_when_full
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
@@ -111,6 +111,7 @@ async def systemone(request: web.Request) -> web.Response:
     rid = unique(request[REQUEST_ID], fleet.inflight_ids)
     score = Score(request_id=rid, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
+    queued(request)  # from here on its place is counted in the worker's queue
     try:
         result = await fleet.submit(score)
     except Unavailable as exc:  # 429 every queue full, 503 no worker / past deadline

@@ -218,11 +218,13 @@ class Fleet:
         finally:
             self._release(item)
 
-    def refusal_when_full(self) -> Unavailable | None:
-        """A 429 for any request, if workers are up but none could take even the smallest one.
+    def refusal_when_full(self, reserved: int = 0) -> Unavailable | None:
+        """A 429 for any request, if workers are up but none could take even the smallest one,
+        or every free place is `reserved` by requests on their way to a queue (a burst).
         (With no worker up the request path answers: 422 for bad input, else 503.)"""
         up = [w for w in self.workers.values() if w.up]
-        if not up or any(fits(w, 1, self.limits) for w in up):
+        free = sum(max(0, self.limits.queue_requests - w.queued_requests) for w in up)
+        if not up or (any(fits(w, 1, self.limits) for w in up) and free > reserved):
             return None
         return self._refusal(1)
 
