@@ -39,8 +39,17 @@ serve: $(STAMP)
 
 # Three tiers, each timed: fast (no model), model (the GGUF in-process), fleet (supervisord); see
 # tests/tiers.py. PYTEST_ARGS go to every tier; a tier that fails or selects nothing fails the run.
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test test-tools
 	$(PY) -m tests.tiers $(PYTEST_ARGS)
+
+# What the multi-host test needs besides Python packages (tests/test_multihost.py): HAProxy and
+# iproute2 from Debian, installed when missing and we are root (as in CI); otherwise it skips.
+.PHONY: test-tools
+test-tools:
+	@if ! command -v haproxy >/dev/null || ! command -v ip >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy iproute2; \
+	  else echo "make test: haproxy or ip missing and not root; the multi-host test will skip"; fi; \
+	fi
 
 loadtest: $(VENV)/.installed-loadtest
 	$(PY) -m loadtest.sweep --target $(LOADTEST_TARGET) --users $(LOADTEST_USERS) \
@@ -58,6 +67,12 @@ bench-latency: $(VENV)/.installed-bench
 .PHONY: bench-gateway
 bench-gateway: $(VENV)/.installed-bench
 	$(PY) -m bench.gateway_overhead $(BENCH_ARGS)
+
+# How many workers one gateway can feed: gateway processes with instant-answer workers (real ZeroMQ,
+# no model) under rising closed-loop load; BENCH_ARGS="--gateways 1,2" also runs two side by side.
+.PHONY: bench-ceiling
+bench-ceiling: $(VENV)/.installed-bench
+	$(PY) -m bench.gateway_ceiling $(BENCH_ARGS)
 
 .PHONY: bench-decide
 bench-decide: $(VENV)/.installed-bench

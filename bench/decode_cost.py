@@ -8,6 +8,8 @@ Per mode (each in a child process: the mode is fixed when llama.cpp is loaded) i
     16 (what a W1 request costs us: state in pieces, then the question in its own sequence);
   - Engine.run on W1 requests with the preamble pinned, as a worker runs them, and the share
     of that spent inside llama_decode, for two context sizes and two snapshot cache sizes;
+  - the same requests decoded on the thread that loaded the engine vs on another thread (the
+    cost that worker/model_thread.py removes from the fleet);
   - the same W1 requests sent one at a time by one light client to a real fleet (1 worker,
     both cores), with the worker's own inference time from Server-Timing: the engine inside
     the fleet, without Locust on the cores.
@@ -21,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -84,6 +87,29 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
     return out
 
 
+def other_thread(mode: str, reps: int) -> tuple[float, float]:
+    """(load thread, another thread) medians of W1 requests, at the default ctx and cache."""
+    profile, items = model()[0], workloads.load("W1")[: reps + WARM_RUNS]
+    engine = new_engine(mode=mode, ctx=8192, cache_tokens=8192)
+
+    def median_run() -> float:
+        runs = []
+        for item in items:
+            job = make_job(engine, profile, item.state, [item.question])
+            start = time.perf_counter()
+            engine.run([job])
+            runs.append((time.perf_counter() - start) * 1000)
+        return statistics.median(runs[WARM_RUNS:])
+
+    here = median_run()
+    elsewhere: list[float] = []
+    thread = threading.Thread(target=lambda: elsewhere.append(median_run()))
+    thread.start()
+    thread.join()
+    engine.close()
+    return here, elsewhere[0]
+
+
 FLEETS = {"fleet, defaults": (), "fleet, --warmup 0": ("--warmup", "0")}
 
 
@@ -107,7 +133,8 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
 
 
 def child(mode: str, reps: int) -> None:
-    print(json.dumps({"calls": calls(mode, reps), "requests": requests(mode, reps)}))
+    print(json.dumps({"calls": calls(mode, reps), "requests": requests(mode, reps),
+                      "threads": other_thread(mode, reps)}))
 
 
 def main() -> None:
@@ -137,11 +164,19 @@ def main() -> None:
             run, decode, read = results[m]["requests"][cache]
             cells.append(f"{run:.1f} / {decode:.1f} / {read:.0f}")
         print(f"{cache:<30}" + "".join(f"{c:>36}" for c in cells))
+    print(f"\nthe same W1 requests, engine loaded on one thread (ctx 8192, snapshots 8192; ms, median of {args.reps})")
+    print(f"{'':<30}" + "".join(f"{m + ' load thread / other':>36}" for m in modes))
+    print(f"{'decoded on':<30}" + "".join(f"{results[m]['threads'][0]:>26.1f} / {results[m]['threads'][1]:.1f}"
+                                         for m in modes))
     print(f"\nthe same W1 requests to a 1-worker fleet, one light client (ms, median of {args.reps})")
     print(f"{'':<30}" + "".join(f"{m + ' wall / inference':>36}" for m in modes))
     for name in FLEETS:
         print(f"{name:<30}" + "".join(f"{results[m]['fleets'][name][0]:>26.1f} / {results[m]['fleets'][name][1]:.1f}"
                                       for m in modes))
+    print("\nfleet overhead, defaults: fleet wall p50 - engine alone (ctx 8192, snapshots 8192)")
+    for m in modes:
+        alone = results[m]["requests"]["ctx 8192, snapshots 8192"][0]
+        print(f"{m:<30}{results[m]['fleets']['fleet, defaults'][0] - alone:>+10.1f} ms")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,22 @@
 """Tokenizing on the gateway, in a thread pool: llama.cpp's tokenizer releases the GIL (ctypes),
 so several requests tokenize in parallel while the workers compute. It loads the same GGUF
-vocab-only (no weights), through the same function the worker uses, so the ids match."""
+vocab-only (no weights), through the same function the worker uses, so the ids match.
+
+Question suffixes are tokenized alone (each continues the prefix on a token boundary), so the
+ids of a suffix text never depend on the request: they are kept in an LRU, and a questionnaire
+asked of many states costs its tokenizing once. The prefix holds the state and is always
+tokenized in full."""
 from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 from shared.llama import llama, load_model, tokenize
 from shared.profiles import Profile, preamble_tokens
+
+SUFFIX_CACHE = 4096  # distinct question texts whose ids are kept (a few hundred KB)
 
 
 class Tokenizer:
@@ -22,6 +29,7 @@ class Tokenizer:
         self.yes_ids = self._answer_ids(profile.yes)
         self.no_ids = self._answer_ids(profile.no)
         self.preamble_tokens = len(preamble_tokens(partial(tokenize, self.vocab), profile))
+        self._suffix_ids = lru_cache(maxsize=SUFFIX_CACHE)(lambda text: tuple(self.encode(text)))
 
     def _answer_ids(self, words: tuple[str, ...]) -> list[int]:
         """The first token of each answer word (" Yes" and " yes" are single tokens in Gemma)."""
@@ -31,7 +39,7 @@ class Tokenizer:
         return tokenize(self.vocab, text, add_bos=bos)
 
     def encode_request(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
-        return self.encode(prefix, bos=self.profile.add_bos), [self.encode(s) for s in suffixes]
+        return self.encode(prefix, bos=self.profile.add_bos), [list(self._suffix_ids(s)) for s in suffixes]
 
     async def encode_async(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
         return await asyncio.get_running_loop().run_in_executor(self.pool, self.encode_request, prefix, suffixes)

@@ -1,5 +1,5 @@
-"""The `jevfleet` command: serve (the whole fleet under supervisord), gateway, worker, keys,
-decide, and the answer-quality tools eval and calibrate (quality/).
+"""The `jevfleet` command: serve (the whole fleet, or one role of it, under supervisord), gateway,
+worker, keys, haproxy-conf, decide, and the answer-quality tools eval and calibrate (quality/).
 
 Every setting of conf/jevfleet.toml is also a flag of every subcommand (--batch-tokens for
 batch_tokens ...), so one table documents them all.
@@ -20,6 +20,7 @@ HELP = {
     "max_body_bytes": "request body limit after decompression, bytes (default 4 MiB)",
     "deadline_s": "seconds a request may wait before it is answered 503 (default 30)",
     "tokenizer_threads": "gateway threads that tokenize (default 2)",
+    "role": "what serve runs on this host: all (gateway + workers), gateway, or workers (default all)",
     "workers": "worker processes; 0 = one per --cores-per-worker cores (default 0)",
     "cores_per_worker": "cores each worker is pinned to (default 2)",
     "endpoint": "ZeroMQ endpoint of the gateway (default ipc://<run-dir>/workers.ipc)",
@@ -33,7 +34,8 @@ HELP = {
     "curve_key": "this process's CURVE secret key file (from `jevfleet keys`)",
     "curve_server_key": "worker: the gateway's CURVE public key file",
     "curve_clients": "gateway: directory of worker CURVE public key files it accepts",
-    "run_dir": "supervisord socket, pid file and logs (default /tmp/jevfleet-<port>)",
+    "run_dir": "supervisord socket, pid file and logs (default /tmp/jevfleet-<port>, "
+               "/tmp/jevfleet-<port>-workers for role workers)",
     "profile": "model profile name (conf/models/NAME.toml) or path to a .toml",
     "model": "GGUF file overriding the profile's model",
     "ctx": "longest prompt of one question, tokens (default 8192)",
@@ -87,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--dry-run", action="store_true", help="report only; leave the profile unchanged")
     for p in (serve, gateway, worker, decide, evaluate, calibrate):
         _add_settings_flags(p)
+    lb = sub.add_parser("haproxy-conf", help="print the HAProxy configuration for several gateways (conf/haproxy.cfg)")
+    lb.add_argument("gateways", nargs="+", help="each gateway's HTTP address, ADDR:PORT")
+    lb.add_argument("--bind", default="0.0.0.0:8017", help="where HAProxy listens (default 0.0.0.0:8017)")
+    lb.add_argument("--stats-socket", default="/run/haproxy/jevfleet.sock", help="HAProxy's admin socket")
+    _add_settings_flags(lb)
     keys = sub.add_parser("keys", help="create CURVE keys for gateway and workers on other hosts")
     keys.add_argument("directory", type=Path, help="where to write gateway.key(_secret) and workers/")
     keys.add_argument("--workers", type=int, default=1, help="worker key pairs to create (default 1)")
@@ -113,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = _settings(args)
     from shared.curve import CurveError
 
+    if args.command == "haproxy-conf":
+        from jevfleet.haproxy import render_haproxy_conf
+
+        print(render_haproxy_conf(settings, args.gateways, bind=args.bind, stats_socket=args.stats_socket), end="")
+        return 0
     if args.command in ("eval", "calibrate"):
         try:
             from quality import commands

@@ -24,6 +24,7 @@ from shared.messages import Error, Message, Result, Score
 from shared.model_files import resolve_model
 from shared.profiles import Profile, load_profile
 from worker.engine import Engine
+from worker.model_thread import ModelThread
 from worker.process import build_engine
 from worker.scheduler import Pending, Scheduler
 
@@ -45,14 +46,16 @@ class LocalDecider:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.profile, self.tokenizer, self.engine = load_in_process(settings)
-        self.scheduler = Scheduler(self.engine, budget=settings.batch_tokens,
-                                   max_requests=self.engine.max_batch_requests)
         self._waiting: dict[str, tuple[Future[Outcome], pipeline.Prepared, pipeline.Tokens]] = {}
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self.scheduler.run, args=(self._on_result,), daemon=True,
-                                        name="scheduler")
+        # Loaded on the thread that will decode (worker/model_thread.py says why).
+        self._thread = ModelThread(self._load, lambda scheduler: scheduler.run(self._on_result), daemon=True)
         self._thread.start()
+        self.scheduler = self._thread.wait_loaded()
+
+    def _load(self) -> Scheduler:
+        self.profile, self.tokenizer, self.engine = load_in_process(self.settings)
+        return Scheduler(self.engine, budget=self.settings.batch_tokens, max_requests=self.engine.max_batch_requests)
 
     def answer(self, raw: bytes) -> Future[Outcome]:
         """Validate and submit one request body; the future holds what the server would send."""

@@ -1,9 +1,14 @@
 """`jevfleet serve`: render the supervisord configuration for these settings and become
-supervisord, so that Ctrl-C or SIGTERM to `make serve` stops every process it started."""
+supervisord, so that Ctrl-C or SIGTERM to `make serve` stops every process it started.
+
+The role says which of the template's programs this host runs: all of them (one host), only
+the gateway (its workers run on other hosts), or only the workers (they connect to `endpoint`,
+a gateway elsewhere). Every role is the same supervisord, with the same restart and stop rules."""
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import signal
 import sys
@@ -13,16 +18,22 @@ from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
 from shared.model_files import resolve_model
 from shared.profiles import load_profile
 
+PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
+PROGRAM_SECTION = re.compile(r"^\[program:(\w+)\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
+
 
 def render_supervisord_conf(settings: Settings) -> str:
+    """The template filled in from the settings, keeping the [program:...] sections of the role."""
     template = Template((CONF_DIR / "supervisord.conf").read_text())
-    return template.substitute(
+    text = template.substitute(
         run_dir=settings.run_path,
         root=PROJECT_ROOT,  # children import this checkout's code, whatever the caller's cwd
         python=sys.executable,
         workers=settings.worker_count,
         stopwaitsecs=int(settings.deadline_s) + 5,  # long enough to drain the longest request
     )
+    keep = PROGRAMS[settings.role]
+    return PROGRAM_SECTION.sub(lambda m: m.group(0) if m.group(1) in keep else "", text).rstrip() + "\n"
 
 
 PR_SET_PDEATHSIG = 1
@@ -38,6 +49,10 @@ def _die_with_parent() -> None:
 
 
 def serve(settings: Settings) -> int:
+    if settings.role == "workers" and not settings.endpoint:
+        print("jevfleet serve: --role workers needs --endpoint, the gateway's (e.g. tcp://GATEWAY:5555)",
+              file=sys.stderr)
+        return 2
     settings = replace(settings, workers=settings.worker_count, run_dir=str(settings.run_path))
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
@@ -46,7 +61,11 @@ def serve(settings: Settings) -> int:
     conf = run / "supervisord.conf"
     conf.write_text(render_supervisord_conf(settings))
     os.environ.update(settings.to_env())
-    print(f"jevfleet: http://{settings.host}:{settings.port}  workers={settings.workers}  model={model}\n"
+    serving = {"all": f"http://{settings.host}:{settings.port}  workers={settings.workers}",
+               "gateway": f"gateway only: http://{settings.host}:{settings.port}, workers connect to "
+                          f"{settings.zmq_endpoint}",
+               "workers": f"workers only: {settings.workers} connecting to {settings.zmq_endpoint}"}[settings.role]
+    print(f"jevfleet: {serving}  model={model}\n"
           f"jevfleet: logs and supervisord socket in {run}  (supervisorctl -c {conf} status)", flush=True)
     supervisord = shutil.which("supervisord", path=os.path.dirname(sys.executable)) or "supervisord"
     _die_with_parent()

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = PROJECT_ROOT / "conf"
 DEFAULT_CONFIG = CONF_DIR / "jevfleet.toml"
+ROLES = ("all", "gateway", "workers")  # what `jevfleet serve` runs on this host
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +25,7 @@ class Settings:
     max_body_bytes: int = 4 * 1024 * 1024
     deadline_s: float = 30.0
     tokenizer_threads: int = 2
+    role: str = "all"
     workers: int = 0
     cores_per_worker: int = 2
     endpoint: str = ""
@@ -56,7 +58,8 @@ class Settings:
 
     @property
     def run_path(self) -> Path:
-        return Path(self.run_dir or f"/tmp/jevfleet-{self.port}")
+        """A workers-only host's own directory by default, so it never takes a gateway's on the same host."""
+        return Path(self.run_dir or f"/tmp/jevfleet-{self.port}" + ("-workers" if self.role == "workers" else ""))
 
     @property
     def zmq_endpoint(self) -> str:
@@ -107,6 +110,8 @@ def load_settings(
     settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
     if settings.mode not in ("deterministic", "fast"):
         raise ValueError(f"mode must be 'deterministic' or 'fast', not {settings.mode!r}")
+    if settings.role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {settings.role!r}")
     if not 0 <= settings.state_cache <= 192:  # llama.cpp holds 256 sequences, 64 are working ones
         raise ValueError(f"state_cache must be 0..192, not {settings.state_cache}")
     if settings.state_cache_tokens < 0:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import msgpack
@@ -109,7 +109,10 @@ _BY_KIND: dict[str, type] = {cls.KIND: cls for cls in (Ready, Heartbeat, Score, 
 
 
 def encode(msg: Message) -> bytes:
-    return msgpack.packb({"kind": msg.KIND, **asdict(msg)}, use_bin_type=True)
+    """Fields are read as they are (msgpack walks nested lists and dicts itself): dataclasses'
+    asdict would deep-copy a Score's token lists first, a measurable share of the gateway's CPU."""
+    return msgpack.packb({"kind": msg.KIND, **{f.name: getattr(msg, f.name) for f in fields(msg)}},
+                         use_bin_type=True)
 
 
 def decode(frame: bytes) -> Message:

@@ -45,6 +45,8 @@ def post(url: str, payload: dict, index: int = 0, timeout: float = 90) -> Outcom
         body = json.loads(raw)
     except OSError as exc:  # reset, refused, timed out
         status, headers, body = 0, {}, {"error": repr(exc)}
+    except ValueError:  # not our JSON: e.g. a load balancer's own error page
+        body = {"error": raw[:200].decode("utf-8", "replace")}
     return Outcome(index, status, body, headers, started, time.monotonic())
 
 

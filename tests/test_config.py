@@ -25,6 +25,8 @@ def test_bad_values_are_refused_with_the_setting_named():
         load_settings(environ={"JEV_PORT": "eighty"})
     with pytest.raises(ValueError, match="mode"):
         load_settings({"mode": "turbo"}, environ={})
+    with pytest.raises(ValueError, match="role"):
+        load_settings({"role": "router"}, environ={})
 
 
 def test_unknown_keys_in_the_file_are_refused(tmp_path):
@@ -39,3 +41,9 @@ def test_default_worker_count_is_one_per_two_cores(monkeypatch):
     assert Settings(workers=0, cores_per_worker=2).worker_count == 4
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     assert Settings(workers=0).worker_count == 1
+
+
+def test_a_workers_role_keeps_its_own_run_dir_next_to_a_gateway():
+    gateway = load_settings({"role": "gateway", "port": 8017}, environ={})
+    workers = load_settings({"role": "workers", "port": 8017}, environ={})
+    assert gateway.run_path != workers.run_path

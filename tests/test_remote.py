@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import sys
 import pytest
 
 from shared.curve import make_keys
+from tests import netns
 from tests.fleet import ROOT
 from tests.load import decision
 
@@ -50,38 +50,30 @@ print(json.dumps({"health": health, "status": status, "body": body}))
 """
 
 
-def sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
-
-
 @pytest.fixture
 def two_hosts():
     """Two network namespaces linked by a veth pair: GW_ADDR in one, WK_ADDR in the other."""
-    if os.geteuid() != 0:
-        pytest.skip("creating network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)")
-    if shutil.which("ip") is None:
-        pytest.skip("the `ip` command (iproute2) is not installed")
+    netns.require_netns()
     try:
         for ns in (GW_NS, WK_NS):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "link", "add", GW_IF, "netns", GW_NS, "type", "veth", "peer", "name", WK_IF, "netns", WK_NS)
+            netns.add(ns)
+        netns.sh("ip", "link", "add", GW_IF, "netns", GW_NS, "type", "veth", "peer", "name", WK_IF, "netns", WK_NS)
         for ns, ifname, addr in ((GW_NS, GW_IF, GW_ADDR), (WK_NS, WK_IF, WK_ADDR)):
-            sh("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", ifname)
-            sh("ip", "-n", ns, "link", "set", ifname, "up")
+            netns.sh("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", ifname)
+            netns.sh("ip", "-n", ns, "link", "set", ifname, "up")
     except subprocess.CalledProcessError as exc:
         for ns in (GW_NS, WK_NS):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            netns.delete(ns)
         pytest.skip(f"cannot set up network namespaces here: {' '.join(exc.cmd)}: {exc.stderr.strip()}")
     try:
         yield
     finally:
-        for ns in (GW_NS, WK_NS):  # deleting a namespace deletes its end of the pair, and so the pair
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for ns in (GW_NS, WK_NS):
+            netns.delete(ns)
 
 
 def in_ns(ns: str, *args: str) -> list[str]:
-    return ["ip", "netns", "exec", ns, sys.executable, *args]
+    return netns.exec_in(ns, sys.executable, *args)
 
 
 def test_a_worker_on_another_host_serves_over_curve(two_hosts, tmp_path):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from jevfleet.supervise import render_supervisord_conf
+from jevfleet.supervise import render_supervisord_conf, serve
 from shared.config import load_settings
 from tests.fleet import ROOT, Fleet, free_port
 
@@ -28,6 +28,23 @@ def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
     assert conf["program:gateway"]["command"].endswith("-m jevfleet gateway")
     assert conf["program:gateway"]["directory"] == str(ROOT) == worker["directory"]
     assert str(tmp_path) in conf["supervisord"]["logfile"]  # logs in the run dir, not the repo
+
+
+@pytest.mark.parametrize("role, programs", [("all", {"gateway", "worker"}), ("gateway", {"gateway"}),
+                                            ("workers", {"worker"})])
+def test_each_role_runs_its_programs_under_the_same_rules(tmp_path, role, programs):
+    settings = load_settings({"role": role, "workers": 2, "run_dir": str(tmp_path)}, environ={})
+    conf = configparser.RawConfigParser()
+    conf.read_string(render_supervisord_conf(settings))
+    assert {s.removeprefix("program:") for s in conf.sections() if s.startswith("program:")} == programs
+    for name in programs:
+        assert conf[f"program:{name}"]["autorestart"] == "unexpected"
+    assert "supervisorctl" in conf and str(tmp_path) in conf["supervisord"]["logfile"]
+
+
+def test_a_workers_role_without_a_gateway_endpoint_is_refused(tmp_path, capsys):
+    assert serve(load_settings({"role": "workers", "run_dir": str(tmp_path)}, environ={})) == 2
+    assert "--endpoint" in capsys.readouterr().err
 
 
 def wait_exit(pid: int, timeout: float) -> bool:

@@ -64,3 +64,11 @@ def test_choice_and_score_suffixes_tokenize_like_the_whole_prompt(tok):
     assert len(suffixes) == 4
     for text, suffix in zip(rendered.suffixes, suffixes):
         assert prefix + suffix == tok.encode(rendered.prefix + text, bos=tok.profile.add_bos)
+
+
+def test_kept_suffix_ids_are_the_fresh_ones_and_callers_get_copies(tok):
+    suffix = tok.profile.suffix.format(question="Is it kept?")
+    _, (first,) = tok.encode_request("x", [suffix])
+    first.append(-1)  # a caller changing its list must not change the kept ids
+    _, (second,) = tok.encode_request("y", [suffix])
+    assert second == tok.encode(suffix) and second != first

@@ -1,8 +1,10 @@
 """The worker process: load the model, warm it, then move messages between the gateway's ROUTER
-and the scheduler thread.
+and the scheduler.
 
-The main thread owns the DEALER socket (ZeroMQ sockets are not thread-safe); the scheduler
-thread sends its results over an inproc PUSH socket that the main thread forwards. SIGTERM
+The model thread (worker/model_thread.py) loads, warms and then runs the scheduler: one thread
+makes every llama.cpp call. The main thread owns the DEALER socket (ZeroMQ sockets are not
+thread-safe); the model thread sends its results over an inproc PUSH socket that the main
+thread forwards. SIGTERM
 drains: queued requests are handed back to the gateway (DRAIN), the running batch finishes
 while heartbeats say "draining", requests arriving meanwhile are refused with code
 "draining" (the gateway places them again), and the process exits 0. Any crash exits
@@ -27,6 +29,7 @@ from shared.profiles import Profile, load_profile, preamble_tokens
 from shared.serving import serving_facts
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
+from worker.model_thread import ModelThread
 from worker.outbox import Outbox
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
@@ -62,14 +65,10 @@ class WorkerProcess:
         self.profile = load_profile(settings.profile)
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
-        threads = settings.threads or len(self.cores)
-        log.info("%s: loading %s on cores %s (%d threads)", self.worker_id, self.model_path, self.cores, threads)
-        self.engine = build_engine(settings, self.profile, self.model_path, threads)
-        self.scheduler = Scheduler(
-            self.engine, budget=settings.batch_tokens, max_requests=self.engine.max_batch_requests
-        )
-        self.serves = serving_facts(profile=self.profile, model_sha256=self.model_sha256, mode=settings.mode,
-                                    tokenize=self.engine.tokenize)
+        self.threads = settings.threads or len(self.cores)
+        self.engine: Engine | None = None  # built by the model thread
+        self.scheduler: Scheduler | None = None
+        self.serves: dict[str, str] = {}  # shared/serving.py, computed by the model thread
         self._stop = threading.Event()
 
     def status(self, kind: type[Ready] = Heartbeat) -> Ready:
@@ -89,7 +88,22 @@ class WorkerProcess:
             serves=self.serves,
         )
 
-    def _scheduler_thread(self, zctx: zmq.Context) -> None:
+    def _load(self) -> Scheduler:
+        """On the model thread: load, pin the preamble, warm up."""
+        log.info("%s: loading %s on cores %s (%d threads)", self.worker_id, self.model_path, self.cores,
+                 self.threads)
+        self.engine = build_engine(self.settings, self.profile, self.model_path, self.threads)
+        self.serves = serving_facts(profile=self.profile, model_sha256=self.model_sha256, mode=self.settings.mode,
+                                    tokenize=self.engine.tokenize)
+        if self.settings.warmup:
+            startup_warmup(self.engine, self.profile)
+        self.scheduler = Scheduler(
+            self.engine, budget=self.settings.batch_tokens, max_requests=self.engine.max_batch_requests
+        )
+        return self.scheduler
+
+    def _serve_model(self, zctx: zmq.Context) -> None:
+        """On the model thread, once loaded: run the scheduler until stopped."""
         push = zctx.socket(zmq.PUSH)
         push.connect(RESULTS)
         idle = None
@@ -119,11 +133,16 @@ class WorkerProcess:
         log.warning("%s: gateway connection lost; dropped %d queued requests", self.worker_id, len(dropped))
 
     def serve(self) -> int:
-        if self.settings.warmup:
-            startup_warmup(self.engine, self.profile)
         zctx = zmq.Context()
         pull = zctx.socket(zmq.PULL)
         pull.bind(RESULTS)
+        thread = ModelThread(self._load, lambda _: self._serve_model(zctx), name="model")
+        thread.start()
+        try:
+            thread.wait_loaded()
+        except RuntimeError as exc:
+            log.error("%s: %s", self.worker_id, exc)
+            return 1
         dealer = zctx.socket(zmq.DEALER)
         dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
         dealer.setsockopt(zmq.LINGER, 2000)
@@ -131,8 +150,6 @@ class WorkerProcess:
             self.keys.apply(dealer)
         lost = dealer.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         dealer.connect(self.settings.zmq_endpoint)
-        thread = threading.Thread(target=self._scheduler_thread, args=(zctx,), name="scheduler")
-        thread.start()
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
 

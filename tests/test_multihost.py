@@ -1,0 +1,320 @@
+"""Black-box: one service over four "hosts" — network namespaces on one bridge, made and removed
+by this test — with the real model, HAProxy and supervisord in every role:
+
+    A 10.213.9.1  HAProxy (two instances: conf/haproxy.cfg with retries, and without) + the clients
+    B 10.213.9.2  `serve --role gateway` (tcp, CURVE) + `serve --role workers` (1 worker, to B)
+    C 10.213.9.3  `serve` (gateway + 1 worker, one host as usual)
+    D 10.213.9.4  `serve --role workers` (1 worker, over tcp with CURVE to B)
+
+Under closed-loop load through HAProxy: kill -9 C's gateway (without, then with HAProxy's
+retries: failures counted, 0 with them), kill -9 D's worker (0 failures), cut D's link and
+bring it back (0 failures, D detected and rejoining). The failover timings are printed.
+Each host is pinned to a core and runs 1-thread workers with a small context, so it fits 2 cores.
+"""
+from __future__ import annotations
+
+import collections
+import csv
+import io
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from jevfleet.haproxy import render_haproxy_conf
+from shared.config import load_settings
+from shared.curve import make_keys
+from tests import netns
+from tests.fleet import ROOT, http
+from tests.load import Outcome, by_id, decision, post, states
+
+pytestmark = [pytest.mark.fleet, pytest.mark.multihost]
+
+PREFIX = "jevmh"
+TAG = str(os.getpid())
+HOSTS = {"a": "10.213.9.1", "b": "10.213.9.2", "c": "10.213.9.3", "d": "10.213.9.4"}
+HTTP_PORT, ZMQ_PORT = 8017, 5555
+LB_RETRY, LB_PLAIN = 8080, 8081  # HAProxy in A: with retries (the shipped config), without
+ENDPOINT_B = f"tcp://{HOSTS['b']}:{ZMQ_PORT}"
+LIGHT = ["--cores-per-worker", "1", "--threads", "1", "--ctx", "1024", "--state-cache", "2",
+         "--state-cache-tokens", "512", "--warmup", "0", "--deadline-s", "20"]
+CLIENTS = 4
+FAILURE_PAUSE_S = 0.1
+
+
+def ns(host: str) -> str:
+    return f"{PREFIX}{TAG}{host}"
+
+
+def veth(host: str) -> str:
+    return f"jmh{TAG}{host}"  # the host's end; its bridge port in A is this + "p" (<= 15 chars)
+
+
+def wait_until(predicate, what: str, timeout: float = 120, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise TimeoutError(f"not {what} after {timeout}s")
+
+
+@dataclass
+class Hosts:
+    tmp: Path
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, name: str, host: str, cmd: list[str], *, core: int | None = None) -> None:
+        """`cmd` in host's namespace, with its own hostname (worker ids are <hostname>/wNN)."""
+        pin = f"taskset -c {core} " if core is not None else ""
+        shell = f"hostname host{host} && exec {pin}" + shlex.join(cmd)
+        self.procs[name] = subprocess.Popen(netns.exec_in(ns(host), "unshare", "--uts", "sh", "-c", shell),
+                                            cwd=ROOT, stdout=open(self.tmp / f"{name}.out", "w"),
+                                            stderr=subprocess.STDOUT)
+
+    def serve(self, name: str, host: str, *args: str, core: int) -> None:
+        self.start(name, host, [sys.executable, "-m", "jevfleet", "serve", "--run-dir", str(self.tmp / name),
+                                *LIGHT, *args], core=core)
+
+    def health(self, host: str) -> dict:
+        def get() -> dict:
+            try:
+                return json.loads(http("GET", f"http://{HOSTS[host]}:{HTTP_PORT}/health", timeout=5)[2])
+            except (OSError, ValueError):
+                return {}
+        return netns.run_in(ns("a"), get)
+
+    def metrics(self, host: str) -> str:
+        return netns.run_in(ns("a"), lambda: http("GET", f"http://{HOSTS[host]}:{HTTP_PORT}/metrics")[2].decode())
+
+    def pid(self, name: str, program: str) -> int:
+        exe = Path(sys.executable).parent / "supervisorctl"
+        out = subprocess.run([str(exe), "-c", str(self.tmp / name / "supervisord.conf"), "pid", program],
+                             capture_output=True, text=True, timeout=30).stdout
+        return int(out.strip())
+
+    def lb_status(self, lb: int) -> dict[str, str]:
+        """HAProxy's view of each gateway (gw1 = B, gw2 = C): UP, DOWN, ..."""
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(self.tmp / f"haproxy-{lb}.sock"))
+            s.sendall(b"show stat\n")
+            raw = b"".join(iter(lambda: s.recv(65536), b"")).decode()
+        rows = csv.DictReader(io.StringIO(raw.lstrip("# ")))
+        return {r["svname"]: r["status"] for r in rows if r["svname"].startswith("gw")}
+
+    def logs(self) -> str:
+        files = sorted(self.tmp.glob("*.out")) + sorted(self.tmp.glob("*/*.log"))
+        return "".join(f"\n--- {p.relative_to(self.tmp)}\n{p.read_text()[-1500:]}" for p in files)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def four_hosts(tmp_path):
+    """A..D on a bridge in A; always removed afterwards, with any leftovers of a crashed run."""
+    netns.require_netns()
+    if shutil.which("haproxy") is None:
+        pytest.skip("haproxy is not installed (make test installs it when run as root)")
+    netns.remove_leftovers(PREFIX)
+    bridge = f"jmh{TAG}br"
+    try:
+        for host in HOSTS:
+            netns.add(ns(host))
+        netns.sh("ip", "-n", ns("a"), "link", "add", bridge, "type", "bridge")
+        netns.sh("ip", "-n", ns("a"), "addr", "add", f"{HOSTS['a']}/24", "dev", bridge)
+        netns.sh("ip", "-n", ns("a"), "link", "set", bridge, "up")
+        for host in "bcd":
+            port = veth(host) + "p"
+            netns.sh("ip", "link", "add", veth(host), "netns", ns(host), "type", "veth", "peer", "name", port,
+                     "netns", ns("a"))
+            netns.sh("ip", "-n", ns("a"), "link", "set", port, "master", bridge, "up")
+            netns.sh("ip", "-n", ns(host), "addr", "add", f"{HOSTS[host]}/24", "dev", veth(host))
+            netns.sh("ip", "-n", ns(host), "link", "set", veth(host), "up")
+    except subprocess.CalledProcessError as exc:
+        for host in HOSTS:
+            netns.delete(ns(host))
+        pytest.skip(f"cannot set up network namespaces here: {' '.join(exc.cmd)}: {exc.stderr.strip()}")
+    hosts = Hosts(tmp_path)
+    try:
+        yield hosts
+    finally:
+        hosts.stop()
+        for host in HOSTS:
+            netns.delete(ns(host))
+
+
+class Load:
+    """CLIENTS closed-loop clients in A, through HAProxy on `port`, each on its own distinct states;
+    a client pauses FAILURE_PAUSE_S after a failure, so failures count outage time, not spin speed."""
+
+    def __init__(self, port: int, tag: str) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.payloads = [decision(s) for s in states(400, tag=tag)]
+        self.outcomes: list[Outcome] = []
+        self.stop_event = threading.Event()
+        self.threads = [threading.Thread(target=self._client, args=(k,)) for k in range(CLIENTS)]
+
+    def _client(self, k: int) -> None:
+        netns.enter(ns("a"))
+        i = k
+        while not self.stop_event.is_set():
+            outcome = post(self.url, self.payloads[i % len(self.payloads)], i, timeout=60)
+            self.outcomes.append(outcome)
+            i += CLIENTS
+            if outcome.status != 200:  # a client pauses after a failure rather than spin on it
+                self.stop_event.wait(FAILURE_PAUSE_S)
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join()
+
+    def answered(self) -> int:
+        return sum(o.status == 200 for o in self.outcomes)
+
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status != 200]
+
+    def describe_failures(self, since: float) -> str:
+        """What the clients saw, by status and error, and when (seconds after `since`)."""
+        kinds = collections.Counter((o.status, str(o.body.get("error", o.body))[:60]) for o in self.failures())
+        ends = [o.ended - since for o in self.failures()]
+        span = f" between {min(ends):.2f} and {max(ends):.2f} s" if ends else ""
+        return f"{dict(kinds)}{span}"
+
+
+def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_hosts: Hosts, tmp_path, capsys):
+    hosts = four_hosts
+    keys = tmp_path / "keys"
+    make_keys(keys, workers=2)
+    curve_gw = ["--curve-key", str(keys / "gateway.key_secret"), "--curve-clients", str(keys / "workers")]
+
+    def curve_worker(n: int) -> list[str]:
+        return ["--curve-key", str(keys / "workers" / f"worker-{n:02d}.key_secret"),
+                "--curve-server-key", str(keys / "gateway.key")]
+
+    gateway_http = ["--host", "0.0.0.0", "--port", str(HTTP_PORT)]
+    hosts.serve("b-gateway", "b", "--role", "gateway", "--workers", "2", "--endpoint", ENDPOINT_B, *gateway_http,
+                *curve_gw, core=0)
+    hosts.serve("b-workers", "b", "--role", "workers", "--workers", "1", "--endpoint", ENDPOINT_B,
+                *curve_worker(0), core=0)
+    hosts.serve("c", "c", "--workers", "1", *gateway_http, core=1)
+    hosts.serve("d", "d", "--role", "workers", "--workers", "1", "--endpoint", ENDPOINT_B, *curve_worker(1), core=1)
+    settings = load_settings({"deadline_s": 20}, environ={})
+    gateways = [f"{HOSTS[h]}:{HTTP_PORT}" for h in "bc"]
+    for lb, retry in ((LB_RETRY, True), (LB_PLAIN, False)):
+        conf = tmp_path / f"haproxy-{lb}.cfg"
+        conf.write_text(render_haproxy_conf(settings, gateways, bind=f"127.0.0.1:{lb}", retry=retry,
+                                            stats_socket=str(tmp_path / f"haproxy-{lb}.sock")))
+        hosts.start(f"haproxy-{lb}", "a", ["haproxy", "-db", "-f", str(conf)])
+    timings: dict[str, float] = {}
+    failures: dict[str, int] = {}
+    details: dict[str, str] = {}
+    try:
+        # Ready: B serves its own worker and D's, C its own; HAProxy sees both gateways up.
+        wait_until(lambda: set(by_id(hosts.health("b"))) >= {"hostb/w00", "hostd/w00"}
+                   and hosts.health("b").get("status") == "ready", "B ready with D's worker", timeout=300)
+        wait_until(lambda: hosts.health("c").get("status") == "ready", "C ready", timeout=300)
+        for lb in (LB_RETRY, LB_PLAIN):
+            wait_until(lambda: set(hosts.lb_status(lb).values()) == {"UP"}, f"HAProxy {lb} seeing both gateways")
+
+        # Per gateway, /health and /metrics tell of its own workers only.
+        assert set(by_id(hosts.health("b"))) == {"hostb/w00", "hostd/w00"}
+        assert set(by_id(hosts.health("c"))) == {"hostc/w00"}
+        assert 'worker="hostd/w00"' in hosts.metrics("b") and 'worker="hostd/w00"' not in hosts.metrics("c")
+        # The same state reaches the same gateway (HAProxy hashes it), whatever the questions.
+        same = [netns.run_in(ns("a"), lambda q=q: post(f"http://127.0.0.1:{LB_RETRY}",
+                                                         decision("My parcel never arrived.", q)))
+                for q in ("Is it about a parcel?", "Is the writer upset?", "Is it about billing?")]
+        assert all(o.status == 200 for o in same), [o.body for o in same]
+        assert len({o.headers["x-jevfleet-gateway"] for o in same}) == 1
+
+        # kill -9 C's gateway under load, through HAProxy without retries, then with them.
+        for lb, label in ((LB_PLAIN, "without retries"), (LB_RETRY, "with retries")):
+            with Load(lb, tag=f"{label} ") as load:
+                wait_until(lambda: load.answered() >= 4 and hosts.health("c").get("fleet", {}).get("inflight"),
+                           "C holding requests under load")
+                old = hosts.pid("c", "gateway")
+                killed = time.monotonic()
+                os.kill(old, signal.SIGKILL)
+                wait_until(lambda: hosts.lb_status(lb)["gw2"].startswith("DOWN"), "C out of HAProxy")
+                timings[f"gateway kill -> out of HAProxy ({label})"] = time.monotonic() - killed
+                wait_until(lambda: hosts.health("c").get("status") == "ready", "C's gateway back")
+                wait_until(lambda: hosts.lb_status(lb)["gw2"] == "UP", "C back in HAProxy")
+                timings[f"gateway kill -> back in HAProxy ({label})"] = time.monotonic() - killed
+                count = load.answered()
+                wait_until(lambda: load.answered() >= count + 4, "answers after C is back")
+            failures[f"gateway kill, {label}"] = len(load.failures())
+            details[f"gateway kill, {label}"] = load.describe_failures(killed)
+            assert hosts.pid("c", "gateway") != old
+        assert failures["gateway kill, with retries"] == 0, "HAProxy retries should hide a dead gateway"
+
+        # kill -9 D's worker while it holds requests: they are resent on B, none is lost.
+        with Load(LB_RETRY, tag="worker kill ") as load:
+            d = wait_until(lambda: by_id(hosts.health("b")).get("hostd/w00", {}).get("queued_requests")
+                           and by_id(hosts.health("b"))["hostd/w00"], "D's worker holding requests")
+            resent = hosts.health("b")["fleet"]["resent"]
+            killed = time.monotonic()
+            os.kill(d["pid"], signal.SIGKILL)
+            wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["state"] == "down"
+                       or by_id(hosts.health("b"))["hostd/w00"]["pid"] != d["pid"], "D's worker seen gone")
+            timings["worker kill -> detected by B"] = time.monotonic() - killed
+            wait_until(lambda: (w := by_id(hosts.health("b"))["hostd/w00"])["pid"] != d["pid"] and w["state"] == "up",
+                       "D's worker restarted and back")
+            timings["worker kill -> restarted worker serving"] = time.monotonic() - killed
+        failures["worker kill"] = len(load.failures())
+        assert failures["worker kill"] == 0, load.failures()[:3]
+        assert hosts.health("b")["fleet"]["resent"] > resent
+
+        # Cut D's link while it holds requests, then bring it back.
+        with Load(LB_RETRY, tag="link cut ") as load:
+            wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["queued_requests"], "D holding requests")
+            resent = hosts.health("b")["fleet"]["resent"]
+            cut = time.monotonic()
+            netns.sh("ip", "-n", ns("d"), "link", "set", veth("d"), "down")
+            wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["state"] == "down", "D seen gone")
+            timings["link cut -> D taken out by B"] = time.monotonic() - cut
+            count = load.answered()
+            wait_until(lambda: load.answered() >= count + 4, "answers while D is cut off")
+            netns.sh("ip", "-n", ns("d"), "link", "set", veth("d"), "up")
+            back = time.monotonic()
+            wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["state"] == "up", "D rejoined")
+            timings["link up -> D serving again"] = time.monotonic() - back
+        failures["link cut"] = len(load.failures())
+        assert failures["link cut"] == 0, load.failures()[:3]
+        assert hosts.health("b")["fleet"]["resent"] > resent, "what D held should have been sent again"
+    except BaseException:
+        print(hosts.logs())
+        raise
+    finally:
+        with capsys.disabled():
+            print("\nmulti-host failover (4 namespaces, real model, HAProxy, 2 gateways):")
+            for what, seconds in timings.items():
+                print(f"  {what:<48} {seconds:6.2f} s")
+            for what, n in failures.items():
+                print(f"  client-visible failures, {what:<27} {n:6d}  {details.get(what, '')}")
