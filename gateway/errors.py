@@ -110,10 +110,15 @@ def _ctx_value(value: Any) -> Any:
 
 
 def schema_errors(errors: Iterable[dict[str, Any]]) -> ApiError:
-    """422 with pydantic's errors, locs prefixed the way FastAPI does (["body", ...])."""
+    """422 with pydantic's errors, locs prefixed the way FastAPI does (["body", ...]). An input
+    nested deeper than ECHO_DEPTH is echoed cut there, even when it could be encoded: a client's
+    JSON parser may not go as deep as ours (a Python client calling from a deep stack does not)."""
     items = []
     for err in errors:
-        item = {"type": err["type"], "loc": ["body", *err["loc"]], "msg": err["msg"], "input": err.get("input")}
+        echo = err.get("input")
+        if isinstance(echo, (dict, list)):
+            echo = _printable(echo)
+        item = {"type": err["type"], "loc": ["body", *err["loc"]], "msg": err["msg"], "input": echo}
         if "ctx" in err:
             item["ctx"] = {k: _ctx_value(v) for k, v in err["ctx"].items()}
         items.append(item)

@@ -8,7 +8,7 @@ from typing import Union
 import pytest
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
-from gateway.errors import ApiError
+from gateway.errors import ECHO_DEPTH, ApiError
 from gateway.wire import MAX_DEPTH, ChoiceQuestion, DecisionRequest, NoulQuestion, ScoreQuestion, json_depth, validate
 
 VALID = {"model": "jev-latest", "state": "I was charged twice for the same order.",
@@ -152,7 +152,7 @@ def test_nesting_99_levels_or_more_is_refused_through_the_unions_own_errors(wher
     validate(body(deep(MAX_DEPTH)))
     for depth in (99, 150, 300, 900):
         got = errors(body(deep(depth)))
-        assert got[0]["type"] == "string_type" and got[0]["input"] == deep(depth)
+        assert got[0]["type"] == "string_type" and json_depth(got[0]["input"]) == ECHO_DEPTH  # cut there, "..." below
         assert {e["type"] for e in got} <= {"string_type", "dict_type", "list_type", "invalid-json-value"}
         assert len(got) == 3 and got[0]["loc"][-1] == "str" and {JSON_DICT, JSON_LIST} <= {
             loc for e in got for loc in e["loc"]}
