@@ -109,3 +109,17 @@ prompt-variants: $(VENV)/.installed-bench
 .PHONY: coherence
 coherence: $(VENV)/.installed-bench
 	$(PY) -m bench.coherence $(BENCH_ARGS)
+
+# About 10,000 generated and mutated requests (bodies, headers, byte-level damage, compression bombs,
+# lying Content-Length, other text encodings, huge numbers, deep nesting) against a real fleet:
+# 0 responses >= 500, 0 hangs, 0 worker restarts, and the tally printed (`make test` runs a quarter).
+.PHONY: fuzz
+fuzz: $(VENV)/.installed-test
+	JEV_FUZZ_FLEET=1 JEV_FUZZ_SCALE=$(or $(FUZZ_SCALE),4) $(PY) -m pytest tests/test_fuzz.py -q -s -p no:cacheprovider
+
+# Overload soak and refusal speed: warm-up, a burst of 400 (time to a 429), 200 closed-loop clients for
+# 5 minutes, then 1 minute at normal load; RSS, open fds and latency before/after. About 8 minutes.
+# SOAK_ARGS="--overload-s 60 --normal-s 30 --warmup-s 30" for a shorter run.
+.PHONY: soak
+soak: $(VENV)/.installed-bench
+	$(PY) -m bench.soak $(SOAK_ARGS)

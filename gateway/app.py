@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
+from functools import partial
 from pathlib import Path
 
 from aiohttp import hdrs, web
@@ -16,14 +16,17 @@ from gateway.errors import (ApiError, detail, internal_error, method_not_allowed
                             unauthorized)
 from gateway.fleet import Fleet, Unavailable
 from gateway.metrics import install as install_metrics, record_batch
-from gateway.shedding import shed_when_full
+from gateway.request_ids import request_id, unique
+from gateway.shedding import queued, refuse_if_full, shed_when_full
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
 from shared.config import Settings
+from shared.llama import tokenize
 from shared.messages import Score
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile
+from shared.serving import serving_facts
 
 log = logging.getLogger("jevfleet.gateway")
 
@@ -34,6 +37,7 @@ TOKENIZER = web.AppKey("tokenizer", Tokenizer)
 MODEL_FILE = web.AppKey("model_file", Path)
 API_KEY = web.AppKey("api_key", str)  # "" = no authentication
 TIMING = "timing"  # request key: the request's Timing, started before its body is read
+REQUEST_ID = "request_id"  # request key: gateway/request_ids.py
 
 # aiohttp must hand us compressed bodies as they are: it would answer zstd with a text/plain 400
 # and inflate gzip without our size limit. gateway/body.py decompresses, bounded.
@@ -59,7 +63,7 @@ def _check_api_key(request: web.Request) -> None:
 async def request_id_and_errors(request: web.Request, handler) -> web.StreamResponse:
     """Every response carries a request id (the client's, if it sent one), every error body is
     JSON, every POST answer has Server-Timing, and the API key is checked before anything else."""
-    rid = request.headers.get("x-request-id") or request.headers.get("x-typesafe-request-id") or uuid.uuid4().hex
+    rid = request[REQUEST_ID] = request_id(request.headers)
     timing = request[TIMING] = Timing()
     try:
         _check_api_key(request)
@@ -73,7 +77,7 @@ async def request_id_and_errors(request: web.Request, handler) -> web.StreamResp
     except web.HTTPException as exc:
         response = error_response(detail(exc.status, exc.reason))
     except Exception:  # a bug: still a JSON body, and the trace goes to the log, not the client
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        log.exception("request %s: unhandled error on %s %s", rid, request.method, request.path)
         response = error_response(internal_error())
     if request.method == "POST":
         response.headers["Server-Timing"] = timing.header()
@@ -99,16 +103,24 @@ async def systemone(request: web.Request) -> web.Response:
                          content_encoding=request.headers.get(hdrs.CONTENT_ENCODING), limit=settings.max_body_bytes)
     with timing.phase("validate"):
         prepared = pipeline.prepare(body, profile)
+    refuse_if_full(app[FLEET])  # not worth a place in the tokenizer's queue
     with timing.phase("tokenize"):
         ids = await tok.encode_async(prepared.rendered.prefix, prepared.rendered.suffixes)
         tokens = pipeline.check_tokens(prepared, *ids, settings.ctx)
-    score = Score(request_id=uuid.uuid4().hex, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
+    fleet = app[FLEET]
+    rid = unique(request[REQUEST_ID], fleet.inflight_ids)
+    score = Score(request_id=rid, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
+    queued(request)  # from here on its place is counted in the worker's queue
     try:
-        result = await app[FLEET].submit(score)
+        result = await fleet.submit(score)
     except Unavailable as exc:  # 429 every queue full, 503 no worker / past deadline
+        if exc.status != 429:  # a 429 is cheap and may come by the thousand: not logged
+            log.info("request %s: %d, %s", rid, exc.status, exc)
         raise overloaded(exc.status, str(exc), retry_after=exc.retry_after) from None
     record_batch(request, result.batch_requests)
+    log.info("request %s: answered, %d tokens, queue %.0f ms, run %.0f ms", rid, tokens.count, result.queue_ms,
+             result.run_ms)
     timing.set("queue", result.queue_ms)
     timing.set("inference", result.run_ms)
     timing.lap("wait")  # queue + inference as the worker measured them, set above
@@ -149,6 +161,7 @@ async def health(request: web.Request) -> web.Response:
         "model_files": {path.name: file_sha256(path) for path in files},
         "fingerprint": fingerprints[0] if len(fingerprints) == 1 else fingerprints,
         "fleet": fleet.describe(),
+        "refused_workers": fleet.admission.describe(forget_after_s=settings.dead_after_s),
     }
     return web.json_response(body, status=200 if up else 503)
 
@@ -187,7 +200,9 @@ def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
     profile = load_profile(settings.profile)
     model_file = resolve_model(profile, settings.cache_path, settings.model)
     tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads)
-    fleet = Fleet(settings, preamble_tokens=tokenizer.preamble_tokens)
+    fleet = Fleet(settings, preamble_tokens=tokenizer.preamble_tokens,
+                  serves=serving_facts(profile=profile, model_sha256=file_sha256(model_file), mode=settings.mode,
+                                       tokenize=partial(tokenize, tokenizer.vocab)))
     return create_app(settings, profile=profile, model_file=model_file, tokenizer=tokenizer, fleet=fleet,
                       api_key=api_key)
 

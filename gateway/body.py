@@ -4,9 +4,11 @@
   limit is enforced while decompressing, so a zip bomb costs at most `limit` bytes of memory.
 - JSON content types (application/json, any +json, any case) are parsed; any other or no
   content type leaves the body as a string, which then fails validation like FastAPI's does.
-- Not UTF-8, an integer of more than 4300 digits, nesting too deep for the parser (about 1000
-  levels; fields allow 100, see wire.MAX_DEPTH), or a lone surrogate escape: 400. Not JSON:
-  422 json_invalid with the character position.
+- A JSON body that is not UTF-8, an integer of more than 4300 digits, or nesting too deep for
+  the parser (about 1000 levels; fields allow 98, see wire.MAX_DEPTH): 400. Not JSON: 422
+  json_invalid with the character position. NaN or ±Infinity anywhere (1e400 reads as inf):
+  422 naming the first. A lone surrogate escape parses; checks.py refuses it where it would be
+  tokenized. Another content type that is not UTF-8: 422 with Python's decoding error.
 
 No HTTP types here: the offline `decide` command reads a request file through the same code.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import email.message
 import json
-import re
+import math
 import sys
 import zlib
 from typing import Any
@@ -24,9 +26,8 @@ if sys.version_info >= (3, 14):
 else:
     from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdError
 
-from gateway.errors import json_invalid, parse_error, too_large, unsupported_encoding
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+from gateway.errors import json_invalid, not_encodable, parse_error, too_large, unsupported_encoding
+from gateway.errors import non_finite as non_finite_error
 
 
 def is_json_content_type(value: str | None) -> bool:
@@ -115,17 +116,22 @@ def parse_json(data: bytes) -> Any:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise parse_error() from None
+    non_finite: list[float] = []  # in document order: the parser calls the hooks as it reads
+
+    def number(literal: str) -> float:
+        value = float(literal)
+        if not math.isfinite(value):
+            non_finite.append(value)
+        return value
+
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=number, parse_constant=number)
     except json.JSONDecodeError as exc:
         raise json_invalid(exc.pos, exc.msg) from None
     except (ValueError, RecursionError):  # an int over 4300 digits; nesting past the parser's stack
         raise parse_error() from None
-    if _SURROGATE_ESCAPE.search(text):
-        try:  # a \\ud800 escape without its pair is no character: it cannot be tokenized or echoed
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except (UnicodeEncodeError, RecursionError):
-            raise parse_error() from None
+    if non_finite:
+        raise non_finite_error(non_finite[0])
     return value
 
 
@@ -137,4 +143,7 @@ def read_body(raw: bytes, *, content_type: str | None, content_encoding: str | N
         return None
     if is_json_content_type(content_type):
         return parse_json(data)
-    return data.decode("utf-8", "replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_encodable(exc) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-from gateway.errors import check_failed
+from gateway.errors import check_failed, non_finite, not_encodable
 from gateway.prompts import Rendered, render_value
 from gateway.wire import ChoiceQuestion, DecisionRequest, NoulQuestion, ScoreQuestion
 from shared.profiles import Profile
@@ -33,13 +33,50 @@ def _first_non_finite(value: Any) -> float:
     raise AssertionError("no NaN or Infinity in the value")
 
 
-def rendered(value: Any, loc: list) -> str:
-    """render_value(value), or the error for a NaN/±Infinity (1e400 parses as inf) inside it."""
+def rendered(value: Any) -> str:
+    """render_value(value), or the error for a NaN/±Infinity inside it (body.py refuses those
+    already; a value built in Python can still hold one), or for a lone surrogate, which is no
+    character: it could be neither tokenized nor sent back as UTF-8."""
     try:
-        return render_value(value)
+        text = render_value(value)
     except ValueError:
-        bad = _first_non_finite(value)
-        raise check_failed(loc, f"Value error, Out of range float values are not JSON compliant: {bad!r}") from None
+        raise non_finite(_first_non_finite(value)) from None
+    encodable(value if isinstance(value, str) else text)  # a string's position counts as sent
+    return text
+
+
+def encodable(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise not_encodable(exc) from None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, keys included, in document order (no recursion)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(reversed([x for kv in item.items() for x in kv]))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+
+
+def check_surrogates(body: Any) -> None:
+    """Before the schema, as the reference does: a lone surrogate in state, model or any
+    question's instructions is refused (the first string holding one is named)."""
+    if not isinstance(body, dict):
+        return
+    questions = body.get("questions")
+    fields = [body.get("state"), body.get("model")]
+    if isinstance(questions, dict):
+        fields += [q.get("instructions") for q in questions.values() if isinstance(q, dict)]
+    for field in fields:
+        for text in _strings(field):
+            encodable(text)
 
 
 def check_model(name: str, profile: Profile) -> None:
@@ -50,7 +87,7 @@ def check_model(name: str, profile: Profile) -> None:
 
 def check_state(state: str | dict | list) -> str:
     """The state as the model will read it, once it is known to be non-blank, finite and small enough."""
-    text = rendered(state, ["body"])
+    text = rendered(state)
     if not state or (isinstance(state, str) and not text):
         raise check_failed(["body"], "Value error, State must not be empty")
     if len(text) > MAX_STATE_BYTES // 4 and len(text.encode("utf-8")) > MAX_STATE_BYTES:
@@ -83,9 +120,17 @@ def _texts(qid: str, q: NoulQuestion | ChoiceQuestion | ScoreQuestion) -> Iterat
 
 
 def check_question(qid: str, q: NoulQuestion | ChoiceQuestion | ScoreQuestion) -> None:
+    """Every text within its length, a score level not empty, levels distinct. Choice option
+    names are rendered into the prompt too; only question ids are not (a surrogate there is fine)."""
+    if isinstance(q, ChoiceQuestion):
+        for name in q.criteria:
+            encodable(name)
     for loc, value in _texts(qid, q):
-        if len(rendered(value, loc)) > MAX_TEXT_CHARS:
+        text = rendered(value)
+        if len(text) > MAX_TEXT_CHARS:
             raise check_failed(loc, f"String should have at most {MAX_TEXT_CHARS} characters", "string_too_long")
+        if not text and isinstance(q, ScoreQuestion) and loc[-1] != "instructions":
+            raise check_failed(loc, "String should have at least 1 character", "string_too_short")
     if isinstance(q, ScoreQuestion):
         levels = [render_value(level) for level in q.criteria]
         if len(set(levels)) < len(levels):
@@ -93,10 +138,11 @@ def check_question(qid: str, q: NoulQuestion | ChoiceQuestion | ScoreQuestion) -
 
 
 def check_request(req: DecisionRequest, profile: Profile) -> str:
-    """Every check that needs no tokenizer; returns the rendered state (render() reuses it)."""
+    """Every check that needs no tokenizer, in the reference's field order (state, model,
+    questions); returns the rendered state (render() reuses it)."""
+    state_text = check_state(req.state)
     check_model(req.model, profile)
     check_ids(req.questions)
-    state_text = check_state(req.state)
     for qid, question in req.questions.items():
         check_question(qid, question)
     return state_text

@@ -110,10 +110,15 @@ def _ctx_value(value: Any) -> Any:
 
 
 def schema_errors(errors: Iterable[dict[str, Any]]) -> ApiError:
-    """422 with pydantic's errors, locs prefixed the way FastAPI does (["body", ...])."""
+    """422 with pydantic's errors, locs prefixed the way FastAPI does (["body", ...]). An input
+    nested deeper than ECHO_DEPTH is echoed cut there, even when it could be encoded: a client's
+    JSON parser may not go as deep as ours (a Python client calling from a deep stack does not)."""
     items = []
     for err in errors:
-        item = {"type": err["type"], "loc": ["body", *err["loc"]], "msg": err["msg"], "input": err.get("input")}
+        echo = err.get("input")
+        if isinstance(echo, (dict, list)):
+            echo = _printable(echo)
+        item = {"type": err["type"], "loc": ["body", *err["loc"]], "msg": err["msg"], "input": echo}
         if "ctx" in err:
             item["ctx"] = {k: _ctx_value(v) for k, v in err["ctx"].items()}
         items.append(item)
@@ -133,3 +138,13 @@ def json_invalid(position: int, message: str) -> ApiError:
 def check_failed(loc: list, msg: str, kind: str = "value_error") -> ApiError:
     """The short form of the checks a schema cannot express: no input, no ctx."""
     return ApiError(422, {"detail": [{"loc": loc, "msg": msg, "type": kind}]})
+
+
+def non_finite(value: float) -> ApiError:
+    """NaN or ±Infinity anywhere in a body (1e400 reads as inf): the reference's words, no "Value error," prefix."""
+    return check_failed(["body"], f"Out of range float values are not JSON compliant: {value!r}")
+
+
+def not_encodable(exc: UnicodeError) -> ApiError:
+    """A text with a lone surrogate ("\\ud800") that cannot be tokenized, or a body that is not UTF-8."""
+    return check_failed(["body"], f"Value error, {exc}" if isinstance(exc, UnicodeEncodeError) else str(exc))

@@ -15,10 +15,12 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import KeysView
 
 import zmq
 import zmq.asyncio
 
+from gateway.admission import Admission
 from gateway.capacity import Limits, TokenRate, fits, retry_after_s
 from gateway.routing import PrefixMemory, Work, choose
 from shared import curve
@@ -127,9 +129,11 @@ class Inflight:
 
 
 class Fleet:
-    def __init__(self, settings: Settings, *, preamble_tokens: int = 0) -> None:
-        """preamble_tokens: how many tokens every prompt starts with that each worker keeps."""
+    def __init__(self, settings: Settings, *, preamble_tokens: int = 0, serves: dict[str, str] | None = None) -> None:
+        """preamble_tokens: how many tokens every prompt starts with that each worker keeps;
+        serves: the gateway's serving facts, which a worker must state to be admitted."""
         self.settings = settings
+        self.admission = Admission(serves)
         self.preamble_tokens = preamble_tokens
         self.endpoint = settings.zmq_endpoint
         self.heartbeat_s = settings.heartbeat_s
@@ -183,6 +187,10 @@ class Fleet:
         return {**self.counters, "inflight": len(self._inflight), "parked": len(self._parked)}
 
     # --- requests -----------------------------------------------------------------------
+    @property
+    def inflight_ids(self) -> KeysView[str]:
+        return self._inflight.keys()
+
     def work(self, score: Score) -> Work:
         questions = sum(len(s) for s in score.suffixes)
         state = max(0, len(score.prefix) - self.preamble_tokens)
@@ -210,11 +218,13 @@ class Fleet:
         finally:
             self._release(item)
 
-    def refusal_when_full(self) -> Unavailable | None:
-        """A 429 for any request, if workers are up but none could take even the smallest one.
+    def refusal_when_full(self, reserved: int = 0) -> Unavailable | None:
+        """A 429 for any request, if workers are up but none could take even the smallest one,
+        or every free place is `reserved` by requests on their way to a queue (a burst).
         (With no worker up the request path answers: 422 for bad input, else 503.)"""
         up = [w for w in self.workers.values() if w.up]
-        if not up or any(fits(w, 1, self.limits) for w in up):
+        free = sum(max(0, self.limits.queue_requests - w.queued_requests) for w in up)
+        if not up or (any(fits(w, 1, self.limits) for w in up) and free > reserved):
             return None
         return self._refusal(1)
 
@@ -340,6 +350,8 @@ class Fleet:
             self._gone.add((worker.worker_id, worker.pid))
             self._mark_down(worker, f"restarted as pid {msg.pid}")
             worker = None
+        if worker is None and not self.admission.admits(msg):
+            return
         if worker is None:
             worker = WorkerState(worker_id=msg.worker_id, identity=identity, pid=msg.pid, cores=msg.cores,
                                  model=msg.model, model_sha256=msg.model_sha256, fingerprint=msg.fingerprint,

@@ -36,7 +36,9 @@ class Tokens:
 
 
 def prepare(body: Any, profile: Profile) -> Prepared:
-    """Schema (pydantic, FastAPI-shaped 422) then the semantic checks, then the prompt texts."""
+    """Lone surrogates, the schema (pydantic, FastAPI-shaped 422), the semantic checks, then the
+    prompt texts."""
+    checks.check_surrogates(body)
     request = wire.validate(body)
     state_text = checks.check_request(request, profile)
     return Prepared(request=request, rendered=render(profile, request, state_text))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, model_validator
-from pydantic_core import PydanticKnownError
+from pydantic import (BaseModel, ConfigDict, Field, JsonValue, StringConstraints, ValidationError,
+                      ValidatorFunctionWrapHandler, WrapValidator, model_validator)
 
 from gateway.errors import missing_body, schema_errors
 
-MAX_DEPTH = 100  # nesting levels of a JSON value inside one field (pydantic's recursion guard)
+MAX_DEPTH = 98  # nesting levels of a JSON value inside one field; the reference refuses 99 and more
 MAX_OPTIONS = 255  # the hosted API's limit on choice options (jevOS caps at 26; we follow the API)
 MIN_LEVELS, MAX_LEVELS = 2, 10
 
@@ -35,16 +35,49 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-def _within_depth(value: Any) -> Any:
+class TooDeep:
+    """Stands in for a container nested past MAX_DEPTH. It is no JSON value, so pydantic refuses
+    it with the union's own errors (string_type first); validate() echoes the original in its place."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _cut(value: Any, levels: int) -> Any:
+    """A copy of `value` whose containers below `levels` levels are TooDeep (recursion <= levels)."""
+    if not isinstance(value, (dict, list)):
+        return value
+    if levels == 0:
+        return TooDeep(value)
+    if isinstance(value, dict):
+        return {k: _cut(v, levels - 1) for k, v in value.items()}
+    return [_cut(v, levels - 1) for v in value]
+
+
+def _uncut(value: Any, levels: int = MAX_DEPTH + 1) -> Any:
+    """The inverse of _cut, for the inputs errors echo (TooDeep only ever sits this high)."""
+    if isinstance(value, TooDeep):
+        return value.value
+    if levels == 0 or not isinstance(value, (dict, list)):
+        return value
+    if isinstance(value, dict):
+        return {k: _uncut(v, levels - 1) for k, v in value.items()}
+    return [_uncut(v, levels - 1) for v in value]
+
+
+def _within_depth(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     if isinstance(value, (dict, list)) and json_depth(value) > MAX_DEPTH:
-        raise PydanticKnownError("recursion_loop")
-    return value
+        value = _cut(value, MAX_DEPTH)
+    return handler(value)
 
 
-# The union members keep pydantic's default labels ("str", "dict[str,any]", "list[any]"), which
-# is where the errors of a wrongly typed value point: ["body", "state", "str"] ...
-Content = Annotated[Union[str, dict[str, Any], list[Any]], BeforeValidator(_within_depth)]
-OptionalContent = Annotated[Union[str, dict[str, Any], list[Any], None], BeforeValidator(_within_depth)]
+# pydantic's own JsonValue, as in the reference server: the union members keep pydantic's labels
+# ("str", "dict[str,json-or-python[...]]", "list[json-or-python[...]]"), where the errors of a wrongly
+# typed value point: ["body", "state", "str"] ...
+Content = Annotated[Union[str, dict[str, JsonValue], list[JsonValue]], WrapValidator(_within_depth)]
+OptionalContent = Annotated[Union[str, dict[str, JsonValue], list[JsonValue], None], WrapValidator(_within_depth)]
 
 
 class _Strict(BaseModel):
@@ -96,8 +129,10 @@ Question = Annotated[Union[NoulQuestion, ChoiceQuestion, ScoreQuestion], Field(d
 
 
 class DecisionRequest(_Strict):
-    model: Annotated[str, StringConstraints(min_length=1)]
+    """Fields in the reference's order, which is the order they are validated and errors listed."""
+
     state: Content
+    model: Annotated[str, StringConstraints(min_length=1)]
     questions: Annotated[dict[str, Question], Field(min_length=1)]
 
 
@@ -111,7 +146,8 @@ def validate(body: Any) -> DecisionRequest:
     try:
         return DecisionRequest.model_validate(body, from_attributes=True)
     except ValidationError as exc:
-        raise schema_errors(exc.errors(include_url=False)) from None
+        raise schema_errors({**err, "input": _uncut(err.get("input"))}
+                            for err in exc.errors(include_url=False)) from None
 
 
 # --- response ---------------------------------------------------------------------------

@@ -30,6 +30,7 @@ class Ready:
     snapshot_keys: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     draining: bool = False  # stopping: finishing its batch, takes no new requests
+    serves: dict[str, str] = field(default_factory=dict)  # shared/serving.py: the gateway admits only its own
 
 
 @dataclass(kw_only=True)

@@ -12,8 +12,10 @@ from shared.messages import Heartbeat, Message, Ping, Ready, Result, Score, deco
 
 class FakeWorker:
     def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, worker_id: str, *, pid: int = 100,
-                 cores: tuple[int, ...] = (0,), keys=None) -> None:
+                 cores: tuple[int, ...] = (0,), keys=None, serves: dict[str, str] | None = None) -> None:
         self.worker_id, self.pid, self.cores = worker_id, pid, list(cores)
+        self.serves = serves or {}
+        self.answered: list[str] = []  # request ids, by answer_every_score
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt_string(zmq.IDENTITY, worker_id)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -25,7 +27,7 @@ class FakeWorker:
 
     def status(self, kind: type[Ready] = Heartbeat, **extra) -> Ready:
         return kind(worker_id=self.worker_id, pid=self.pid, cores=self.cores, model="m", model_sha256="sha",
-                    fingerprint="fp", snapshot_keys=self.snapshot_keys, **extra)
+                    fingerprint="fp", snapshot_keys=self.snapshot_keys, serves=self.serves, **extra)
 
     async def send(self, msg: Message) -> None:
         await self.sock.send(encode(msg))
@@ -71,6 +73,7 @@ class FakeWorker:
         while True:
             msg = await self.recv(timeout=None)
             if isinstance(msg, Score):
+                self.answered.append(msg.request_id)
                 await self.answer(msg, margin, read=len(msg.prefix) + sum(map(len, msg.suffixes)), run_ms=0.0)
 
     def close(self) -> None:

@@ -51,8 +51,12 @@ def test_other_or_missing_content_types_leave_the_body_a_string(content_type):
     assert read(BODY, content_type) == BODY.decode()
 
 
-def test_non_json_body_that_is_not_utf8_is_still_a_string():
-    assert read(b"\xff{}", "text/plain") == "\ufffd{}"
+@pytest.mark.parametrize("raw", [b"\xff{}", b"ok \xc3", b"\xed\xa0\x80"])
+def test_non_json_body_that_is_not_utf8_is_a_422_with_pythons_own_decoding_error(raw):
+    with pytest.raises(UnicodeDecodeError) as python:
+        raw.decode("utf-8")
+    assert refused(raw, "text/plain") == (422, {"detail": [{"loc": ["body"], "msg": str(python.value),
+                                                            "type": "value_error"}]})
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "text/plain", None])
@@ -102,10 +106,20 @@ def test_duplicate_keys_the_last_value_wins_in_the_first_position():
     assert list(value["questions"].items()) == [("a", 3), ("b", 2)]
 
 
-def test_lone_surrogate_escape_is_a_400_and_a_pair_is_a_character():
-    assert refused(b'{"state": "\\ud800"}') == (400, {"detail": PARSE_ERROR})
-    assert refused(b'{"\\udfff": 1}') == (400, {"detail": PARSE_ERROR})
+def test_a_lone_surrogate_escape_parses_and_a_pair_is_a_character():
+    assert read(b'{"state": "\\ud800"}') == {"state": "\ud800"}  # checks.py refuses it where it is tokenized
+    assert read(b'{"\\udfff": 1}') == {"\udfff": 1}
     assert read(b'{"state": "\\ud83d\\ude80"}') == {"state": "🚀"}
+
+
+@pytest.mark.parametrize("raw, shown", [
+    (b'{"state": {"x": [1, NaN]}}', "nan"), (b'{"state": Infinity}', "inf"), (b'{"model": -Infinity}', "-inf"),
+    (b'{"questions": {"q": {"instructions": 1e400}}}', "inf"), (b'[-1e999, NaN]', "-inf"),
+    (b'{"unknown": [NaN], "state": Infinity}', "nan"),  # the first in the document, wherever it is
+])
+def test_nan_or_infinity_anywhere_in_the_body_is_a_422_naming_the_first(raw, shown):
+    msg = f"Out of range float values are not JSON compliant: {shown}"  # Python 3.12's json.dumps words
+    assert refused(raw) == (422, {"detail": [{"loc": ["body"], "msg": msg, "type": "value_error"}]})
 
 
 def test_nesting_past_the_parsers_stack_is_a_400():

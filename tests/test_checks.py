@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from gateway.body import parse_json
 from gateway.checks import check_context
 from gateway.errors import ApiError
 from gateway.pipeline import prepare
@@ -61,18 +60,50 @@ def test_state_size_counts_the_rendered_json():
     assert refused({**VALID, "state": [[1]] * 64_000})["msg"] == "Value error, State exceeds 256 KB; no silent truncation"
 
 
-@pytest.mark.parametrize("raw, shown", [("NaN", "nan"), ("Infinity", "inf"), ("-Infinity", "-inf"), ("1e400", "inf")])
-def test_nan_or_infinity_in_state_is_refused(raw, shown):
-    body = parse_json(('{"model": "jev-latest", "state": {"x": [1, %s]}, "questions": {"q": {"type": "noul"}}}'
-                       % raw).encode())
-    assert refused(body) == {"loc": ["body"], "type": "value_error",
-                             "msg": f"Value error, Out of range float values are not JSON compliant: {shown}"}
+@pytest.mark.parametrize("value, shown", [(float("nan"), "nan"), (float("inf"), "inf"), (float("-inf"), "-inf")])
+def test_nan_or_infinity_built_in_python_is_refused_like_a_parsed_one(value, shown):
+    """body.py refuses a parsed NaN first; a body built in Python (decide) gets the same error."""
+    for body in ({**VALID, "state": {"x": [1, value]}}, with_question({"type": "noul", "instructions": {"x": value}})):
+        assert refused(body) == {"loc": ["body"], "type": "value_error",
+                                 "msg": f"Out of range float values are not JSON compliant: {shown}"}
 
 
-def test_nan_in_instructions_is_refused_at_its_loc():
-    err = refused(with_question({"type": "noul", "instructions": {"x": float("nan")}}))
-    assert err["loc"] == ["body", "questions", "q", "noul", "instructions"]
-    assert err["msg"] == "Value error, Out of range float values are not JSON compliant: nan"
+def surrogate_error(text: str) -> str:
+    with pytest.raises(UnicodeEncodeError) as python:
+        text.encode("utf-8")
+    return f"Value error, {python.value}"
+
+
+@pytest.mark.parametrize("body, text", [
+    ({**VALID, "state": "abc \ud800 def"}, "abc \ud800 def"),
+    ({**VALID, "model": "jev-\udfff"}, "jev-\udfff"),
+    (with_question({"type": "noul", "instructions": "Is it \ud800?"}), "Is it \ud800?"),
+    (with_question({"type": "noul", "criteria": {"true": "\ud800"}}), "\ud800"),
+    (with_question({"type": "choice", "criteria": {"a\ud800": None, "b": None}}), "a\ud800"),
+    (with_question({"type": "score", "criteria": ["low", "hi\udc00"]}), "hi\udc00"),
+])
+def test_a_lone_surrogate_in_any_text_the_model_reads_is_refused_with_pythons_error(body, text):
+    msg = surrogate_error(text)
+    assert msg.startswith("Value error, 'utf-8' codec can't encode character '\\u") and "surrogates not allowed" in msg
+    assert refused(body) == {"loc": ["body"], "msg": msg, "type": "value_error"}
+
+
+def test_a_lone_surrogate_in_a_question_id_is_accepted():
+    prepared = prepare(with_question({"type": "noul"}, "q\ud800"), PROFILE)
+    assert list(prepared.request.questions) == ["q\ud800"]
+
+
+def test_the_checks_run_in_the_order_state_model_questions():
+    bad_state, bad_model, bad_id = {"state": ""}, {"model": "gpt-4"}, {"questions": {" ": {"type": "noul"}}}
+    assert refused({**VALID, **bad_state, **bad_model, **bad_id})["msg"] == "Value error, State must not be empty"
+    assert refused({**VALID, **bad_model, **bad_id})["loc"] == ["body", "model"]
+
+
+@pytest.mark.parametrize("level", ["", " ", "\n\t"])
+def test_a_score_level_needs_at_least_one_character(level):
+    assert refused(with_question({"type": "score", "criteria": ["low", level, "high"]})) == {
+        "loc": ["body", "questions", "q", "score", "criteria", 1], "msg": "String should have at least 1 character",
+        "type": "string_too_short"}
 
 
 @pytest.mark.parametrize("qid", ["", " ", "\t", "x" * 129, " " + "x" * 129])

@@ -151,9 +151,23 @@ def test_unknown_content_encoding_is_a_json_400(gateway):
     assert status == 400 and "'br'" in body["detail"]
 
 
-@pytest.mark.parametrize("raw", [b'{"model": "\xff"}', b'{"n": ' + b"9" * 4301 + b"}", b'{"s": "\\udc00"}'])
+@pytest.mark.parametrize("raw", [b'{"model": "\xff"}', b'{"n": ' + b"9" * 4301 + b"}"])
 def test_not_utf8_or_an_integer_over_4300_digits_is_a_400(gateway, raw):
     assert post(gateway, raw)[::2] == (400, {"detail": "There was an error parsing the body"})
+
+
+def test_nan_and_lone_surrogates_get_the_reference_servers_exact_bytes(gateway):
+    raw = encoded(SMALL).replace(b'"questions"', b'"x": [NaN], "questions"')
+    assert http("POST", gateway.url + PATH, raw, JSON)[::2] == (422, b'{"detail":[{"loc":["body"],"msg":"Out of '
+                                                                    b'range float values are not JSON compliant: nan",'
+                                                                    b'"type":"value_error"}]}')
+    raw = encoded({**SMALL, "state": "ab@"}).replace(b"@", b"\\ud800")
+    assert http("POST", gateway.url + PATH, raw, JSON)[::2] == (422, (
+        b'{"detail":[{"loc":["body"],"msg":"Value error, \'utf-8\' codec can\'t encode character \'\\\\ud800\' in '
+        b'position 2: surrogates not allowed","type":"value_error"}]}'))
+    status, _, body = http("POST", gateway.url + PATH, encoded({**SMALL, "questions": {"q@": {"type": "noul"}}})
+                           .replace(b"@", b"\\ud800"), JSON)
+    assert status == 200 and len(json.loads(body)["answers"]) == 1  # in a question id it is answered
 
 
 def test_body_not_json_is_the_byte_exact_json_invalid_error(gateway):

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.fleet import Fleet, start_fleet
-from tests.load import by_id, closed_loop, decision, noul, post, served_by, states, workers
+from tests.load import by_id, closed_loop, decision, noul, post, program_pid, served_by, states, workers
 
 pytestmark = pytest.mark.fleet
 
@@ -92,3 +92,48 @@ def test_sigterm_to_the_gateway_finishes_in_flight_requests_and_exits_0(duo):
     health = duo.wait_for(lambda h: h.get("status") == "ready", "ready again")
     assert {w["id"]: w["pid"] for w in health["workers"]} == pids
     assert post(duo.url, decision(states(1, tag="after ")[0])).status == 200
+
+
+def log_times_after(path, text: str, since: float) -> list[float]:
+    """Seconds after `since` (time.time()) of the log lines of `path` containing `text`."""
+    times = []
+    for line in path.read_text().splitlines():
+        if text in line:
+            stamp = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
+            if stamp >= since - 1:
+                times.append(stamp - since)
+    return times
+
+
+def test_sigkill_of_the_gateway_under_load_fails_only_what_was_in_flight_and_workers_drop_the_orphans(duo):
+    pids = {w["id"]: w["pid"] for w in workers(duo).values()}
+    gateway_pid = program_pid(duo, "gateway")
+    payloads = [decision(s) for s in states(8, tag="gwkill ", words=300)]
+    stop, outcomes = threading.Event(), []
+    loader = threading.Thread(target=lambda: outcomes.extend(closed_loop(duo.url, payloads, 6, stop)))
+    loader.start()
+    try:
+        duo.wait_for(lambda h: h["fleet"]["inflight"] >= 5, "requests in flight and queued")
+        killed_at, killed_wall = time.monotonic(), time.time()
+        os.kill(gateway_pid, signal.SIGKILL)  # a child of the supervisord this test started
+        health = duo.wait_for(lambda h: h.get("status") == "ready", "gateway back, workers registered", timeout=60)
+        back_at = time.monotonic()  # the new gateway counts `served` from 0
+        duo.wait_for(lambda h: sum(w["served"] for w in h["workers"]) >= 6, "requests answered after the restart")
+    finally:
+        stop.set()
+        loader.join()
+
+    assert program_pid(duo, "gateway") != gateway_pid
+    assert {w["id"]: w["pid"] for w in health["workers"]} == pids  # the workers were not restarted
+    in_flight = [o for o in outcomes if o.started < killed_at < o.ended]
+    assert in_flight and all(o.status == 0 for o in in_flight)  # a connection error: documented in docs/fleet.md
+    later = [o for o in outcomes if o.started > back_at]
+    assert later and all(o.status == 200 for o in later), [(o.status, o.body) for o in later if o.status != 200][:3]
+    dropped = [t for w in (0, 1) for t in log_times_after(duo.run_dir / f"worker_{w:02d}.log",
+                                                           "gateway connection lost", killed_wall)]
+    assert len(dropped) >= 2, "each worker noticed the dead gateway"
+    counts = [int(n) for w in (0, 1) for n in re.findall(r"gateway connection lost; dropped (\d+) queued",
+                                                           (duo.run_dir / f"worker_{w:02d}.log").read_text())]
+    print(f"\ngateway SIGKILL under load: {len(in_flight)} requests in flight got a connection error; the workers saw "
+          f"the drop {max(dropped):.2f} s after the kill and dropped {counts[-2:]} queued requests (orphaned work "
+          f"left: the batch each was running); gateway ready again {back_at - killed_at:.1f} s after the kill")

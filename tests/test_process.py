@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -25,16 +26,19 @@ class NoCache:
 class SlowEngine:
     max_batch_requests = 8
     cache = NoCache()
+    def tokenize(self, text, add_bos=False):
+        return [len(text)]
     def new_tokens(self, job, earlier):
         return len(job.prefix) + sum(map(len, job.suffixes))
     def run(self, jobs):
         if any(job.prefix[0] == 666 for job in jobs):
             raise SystemExit("the engine thread dies")  # not an Exception: the thread ends
-        time.sleep(1.5)
+        time.sleep(PAUSE)
         for job in jobs:
             job.margins = [1.0] * len(job.suffixes)
         return sum(len(job.prefix) for job in jobs)
 
+PAUSE = float(sys.argv[2]) if len(sys.argv) > 2 else 1.5  # seconds per batch
 wp.build_engine = lambda *args: SlowEngine()
 wp.resolve_model = lambda *args: None
 wp.file_sha256 = lambda path: "0" * 64
@@ -52,13 +56,18 @@ def score(rid: str, first_token: int = 1) -> Score:
 
 
 @pytest.fixture
-def router(tmp_path):
+def router(tmp_path, request):
+    """A ROUTER played by the test and a worker process connected to it; a test marked
+    `pytest.mark.batch_pause(s)` gets an engine that takes s seconds per batch (default 1.5)."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 0)  # the test may send faster than the worker reads: queue, never drop
+    sock.setsockopt(zmq.RCVHWM, 100)  # a small receive queue: a gateway that stops reading fills it soon
     endpoint = f"ipc://{tmp_path}/w.ipc"
     sock.bind(endpoint)
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, endpoint], cwd=ROOT,
+    pause = request.node.get_closest_marker("batch_pause")
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, endpoint, str(pause.args[0] if pause else 1.5)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         yield sock, proc
@@ -127,3 +136,58 @@ def test_a_worker_that_cannot_start_exits_non_zero():
     out = subprocess.run([sys.executable, "-m", "jevfleet", "worker", "--cores", "4096"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "are not available" in out.stderr
+
+
+@pytest.mark.batch_pause(0)
+def test_results_wait_for_a_gateway_that_stops_reading_longer_than_the_buffers_hold(router):
+    """5000 answers, about 1.5 MB, against ZeroMQ's queues (1000 + 100 messages) and the socket
+    buffers: the test reads nothing until the worker says it is holding results, then every
+    request is answered exactly once."""
+    sock, proc = router
+    receive(sock, lambda m: isinstance(m, Ready))
+    rids = [f"r{i}" for i in range(5000)]
+    for rid in rids:
+        sock.send_multipart([b"fake", encode(Score(request_id=rid, prefix=[1, 2], suffixes=[[5]] * 20, yes_ids=[8],
+                                                   no_ids=[9], deadline=time.time() + 600))])
+    await_log_line(proc, "holding results")
+    answered: list[str] = []
+    deadline = time.monotonic() + 120
+    while len(answered) < len(rids) and time.monotonic() < deadline:
+        if sock.poll(100):
+            msg = decode(sock.recv_multipart()[-1])
+            if isinstance(msg, Result):
+                answered.append(msg.request_id)
+    assert sorted(answered) == sorted(rids)  # every one, each once
+
+
+def await_log_line(proc: subprocess.Popen, text: str, timeout: float = 60) -> None:
+    """Read the worker's log (stdout) until a line contains `text`."""
+    found, lines = threading.Event(), []
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if text in line:
+                found.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    assert found.wait(timeout), "".join(lines[-20:])
+
+
+def test_when_the_gateway_connection_drops_the_queued_requests_are_dropped_and_the_running_one_finishes(router):
+    sock, proc = router
+    receive(sock, lambda m: isinstance(m, Ready))
+    for rid in ("r1", "r2", "r3"):
+        sock.send_multipart([b"fake", encode(score(rid))])
+    receive(sock, lambda m: isinstance(m, Heartbeat) and m.queued_requests == 3)
+    endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    sock.close(linger=0)  # the gateway is gone
+    await_log_line(proc, "gateway connection lost; dropped 2 queued requests")
+    successor = zmq.Context.instance().socket(zmq.ROUTER)
+    successor.bind(endpoint)
+    try:  # the worker comes back to the new gateway with nothing queued but what was running
+        beat = receive(successor, lambda m: isinstance(m, Heartbeat) and m.queued_requests == 0)[-1]
+        assert beat.stats["cancelled"] == 2
+    finally:
+        successor.close(linger=0)

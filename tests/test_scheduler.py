@@ -170,3 +170,15 @@ def test_more_tiny_requests_than_sequences_are_split_over_batches():
     thread.join(5)
     assert engine.batches == [4, 4, 2]
     assert [m.request_id for m in out] == [str(i) for i in range(10)]
+
+
+def test_clear_drops_every_queued_request_and_counts_them_cancelled():
+    class Idle:
+        def new_tokens(self, job, earlier):
+            return 1
+
+    scheduler = Scheduler(Idle(), budget=384)
+    for rid in ("a", "b"):
+        scheduler.submit(Pending(rid, Job(prefix=[1], suffixes=[[2]], yes_ids=[3], no_ids=[4]), 2, time.time() + 60))
+    assert scheduler.clear() == ["a", "b"]
+    assert scheduler.depth() == (0, 0) and scheduler.counters.cancelled == 2

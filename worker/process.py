@@ -26,15 +26,18 @@ from shared.config import Settings
 from shared.messages import Cancel, Drain, Error, Heartbeat, Message, Ready, Score, decode, encode
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile, preamble_tokens
+from shared.serving import serving_facts
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
 from worker.head import load_head
 from worker.model_thread import ModelThread
+from worker.outbox import Outbox
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
 
 log = logging.getLogger("jevfleet.worker")
 RESULTS = "inproc://results"
+EXIT_FLUSH_S = 2.0  # at exit, how long held answers wait for a gateway that is not reading
 
 
 def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int) -> Engine:
@@ -70,6 +73,7 @@ class WorkerProcess:
         self.fingerprint = f"{self.profile.name}:{self.model_sha256[:16]}:{settings.mode}{head}"
         self.engine: Engine | None = None  # built by the model thread
         self.scheduler: Scheduler | None = None
+        self.serves: dict[str, str] = {}  # shared/serving.py, computed by the model thread
         self._stop = threading.Event()
 
     def status(self, kind: type[Ready] = Heartbeat) -> Ready:
@@ -86,6 +90,7 @@ class WorkerProcess:
             snapshot_keys=list(self.engine.cache.keys),
             stats={**vars(self.scheduler.counters), "state_snapshots": self.engine.cache.stats()},
             draining=self._stop.is_set(),
+            serves=self.serves,
         )
 
     def _load(self) -> Scheduler:
@@ -93,6 +98,8 @@ class WorkerProcess:
         log.info("%s: loading %s on cores %s (%d threads)", self.worker_id, self.model_path, self.cores,
                  self.threads)
         self.engine = build_engine(self.settings, self.profile, self.model_path, self.threads)
+        self.serves = serving_facts(profile=self.profile, model_sha256=self.model_sha256, mode=self.settings.mode,
+                                    tokenize=self.engine.tokenize)
         if self.settings.warmup:
             startup_warmup(self.engine, self.profile)
         self.scheduler = Scheduler(
@@ -122,6 +129,14 @@ class WorkerProcess:
             return Error(request_id=msg.request_id, code="cancelled", message="dropped before it ran")
         return None  # Ping needs no answer: the gateway only wanted to know the link is up
 
+    def _gateway_lost(self) -> None:
+        """The connection to the gateway dropped: it died (its successor knows nothing of what
+        it sent) or it saw the drop too and sent our requests elsewhere. Either way nobody
+        waits for the queued ones: drop them, so a restarted gateway's requests do not queue
+        behind orphans. The running batch finishes; its results are ignored if unwanted."""
+        dropped = self.scheduler.clear()
+        log.warning("%s: gateway connection lost; dropped %d queued requests", self.worker_id, len(dropped))
+
     def serve(self) -> int:
         zctx = zmq.Context()
         pull = zctx.socket(zmq.PULL)
@@ -138,48 +153,55 @@ class WorkerProcess:
         dealer.setsockopt(zmq.LINGER, 2000)
         if self.keys is not None:
             self.keys.apply(dealer)
+        lost = dealer.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         dealer.connect(self.settings.zmq_endpoint)
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
 
-        def send(frame: bytes) -> None:
-            try:  # never block on a gateway that is away: its queue fills, we drop
-                dealer.send(frame, zmq.NOBLOCK)
-            except zmq.Again:
-                log.warning("%s: gateway not reading; dropped a message", self.worker_id)
-
-        send(encode(self.status(Ready)))
+        outbox = Outbox(dealer)
+        outbox.send(encode(self.status(Ready)))
         log.info("%s: ready, connected to %s%s", self.worker_id, self.settings.zmq_endpoint,
                  " (CURVE)" if self.keys else "")
         poller = zmq.Poller()
-        poller.register(dealer, zmq.POLLIN)
-        poller.register(pull, zmq.POLLIN)
         beat = self.settings.heartbeat_s
         next_beat = time.monotonic() + beat
         left: list[str] | None = None  # requests handed back, once draining
         while left is None or thread.is_alive() or pull.poll(0):
             if left is None and self._stop.is_set():  # SIGTERM: hand the queue back
                 left = self.scheduler.stop()
-                send(encode(Drain(worker_id=self.worker_id, request_ids=left)))
+                outbox.send(encode(Drain(worker_id=self.worker_id, request_ids=left)))
                 log.info("%s: draining, %d queued requests handed back", self.worker_id, len(left))
             elif left is None and not thread.is_alive():  # crashed: exit non-zero, get restarted
                 log.error("%s: scheduler thread died; exiting", self.worker_id)
                 return 1
+            # back-pressure: while the outbox is full, results wait in the scheduler's socket
+            poller.register(dealer, zmq.POLLIN | (zmq.POLLOUT if outbox.held else 0))
+            poller.register(pull, 0 if outbox.full else zmq.POLLIN)
+            poller.register(lost, zmq.POLLIN)
             events = dict(poller.poll(timeout=max(0.0, next_beat - time.monotonic()) * 1000))
-            if dealer in events:
+            if events.get(dealer, 0) & zmq.POLLIN:
                 try:
                     reply = self._on_message(decode(dealer.recv()))
                 except ValueError as exc:
                     log.warning("dropped a bad frame: %s", exc)
                 else:
                     if reply is not None:
-                        send(encode(reply))
+                        outbox.send(encode(reply))
+            if events.get(dealer, 0) & zmq.POLLOUT:
+                outbox.flush()
             if pull in events:
-                send(pull.recv())
+                outbox.send(pull.recv())
+            if lost in events:
+                lost.recv_multipart()
+                self._gateway_lost()
             if time.monotonic() >= next_beat:
-                send(encode(self.status()))
+                outbox.send_status(encode(self.status()))
                 next_beat = time.monotonic() + beat
+        if not outbox.flush_for(EXIT_FLUSH_S):
+            log.warning("%s: gateway not reading; %d messages unsent at exit", self.worker_id, len(outbox.held))
         log.info("%s: drained, exiting", self.worker_id)
+        dealer.disable_monitor()
+        lost.close()
         dealer.close()
         pull.close()
         zctx.term()

@@ -90,6 +90,15 @@ class Scheduler:
                     return True
         return False
 
+    def clear(self) -> list[str]:
+        """Drop every queued request (the gateway that sent them is gone); the running batch
+        finishes. Returns their ids."""
+        with self._cond:
+            left = [item.request_id for item in self._queue]
+            self._queue.clear()
+            self.counters.cancelled += len(left)
+            return left
+
     def stop(self) -> list[str]:
         """Stop after the running batch; returns the ids of requests that will not be run."""
         with self._cond:

@@ -1,0 +1,43 @@
+"""What a worker serves, stated as facts the gateway compares with its own before it sends the
+worker any work.
+
+The gateway renders and tokenizes every prompt and sends the answer-token ids itself; the worker
+only reads those ids. So a worker gives the gateway's answers only if it reads the same model
+bytes, was started from the same profile, computes in the same mode, and its tokenizer turns the
+profile's prompt pieces into the same ids. Both sides compute the facts with this one function.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Callable
+
+from shared.messages import prefix_key
+from shared.profiles import Profile, preamble_tokens
+
+Tokenize = Callable[..., list[int]]  # tokenize(text, add_bos=...) -> ids
+
+
+def serving_facts(*, profile: Profile, model_sha256: str, mode: str, tokenize: Tokenize) -> dict[str, str]:
+    """model_sha256, profile (name and a digest of its file), mode, head (a digest of the learned
+    head's file, or "none"), and `tokens`: a key of the ids of the prompt preamble and of every
+    yes/no answer word, which differs if the vocabulary or the tokenizer does."""
+    answer_ids = [tokenize(word, add_bos=False)[:1] for word in (*profile.yes, *profile.no)]
+    probe = preamble_tokens(tokenize, profile) + [i for ids in answer_ids for i in ids]
+    return {
+        "model_sha256": model_sha256,
+        "profile": f"{profile.name}:{hashlib.sha256(profile.source.read_bytes()).hexdigest()[:16]}",
+        "mode": mode,
+        "head": hashlib.sha256(Path(profile.head).read_bytes()).hexdigest()[:16] if profile.head else "none",
+        "tokens": prefix_key(probe),
+    }
+
+
+def mismatch(expected: dict[str, str], offered: dict[str, str]) -> str | None:
+    """None if `offered` (a worker's facts) agrees with `expected` (the gateway's) on every
+    fact the gateway states, else which facts differ, both values named."""
+    differ = [name for name in expected if offered.get(name) != expected[name]]
+    if not differ:
+        return None
+    return "; ".join(f"{name} is {offered.get(name, 'not stated')!r}, the gateway's is {expected[name]!r}"
+                     for name in differ)

@@ -1,0 +1,90 @@
+"""gateway/admission.py with the real Fleet over ZeroMQ: a worker that does not serve the gateway's
+model is refused at registration, gets no work, and /health lists it; and a real fleet refuses a
+worker started in another mode."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+import zmq.asyncio
+
+from gateway.admission import Admission
+from shared.messages import Ready
+from tests.fake_worker import FakeWorker
+from tests.fleet import ROOT
+from tests.load import by_id, decision, post, served_by, states
+from tests.test_fleet import run, running, score, settings, until
+
+GATEWAY = {"model_sha256": "a" * 64, "profile": "p:1", "mode": "deterministic", "tokens": "k"}
+FAST = {**GATEWAY, "mode": "fast"}
+
+
+def ready(worker_id: str, pid: int, serves: dict) -> Ready:
+    return Ready(worker_id=worker_id, pid=pid, cores=[0], model="m", model_sha256="", fingerprint="",
+                 serves=serves)
+
+
+def test_a_refusal_is_listed_with_its_reason_and_forgotten_once_admitted():
+    admission = Admission(GATEWAY)
+    assert admission.admits(ready("w", 1, GATEWAY))
+    assert not admission.admits(ready("x", 2, FAST))
+    assert admission.describe(forget_after_s=60) == [
+        {"id": "x", "pid": 2, "state": "refused", "reason": "mode is 'fast', the gateway's is 'deterministic'"}]
+    assert admission.admits(ready("x", 3, GATEWAY))  # restarted with the right settings
+    assert admission.describe(forget_after_s=60) == []
+
+
+def test_a_refused_worker_is_logged_once_per_process(caplog):
+    admission = Admission(GATEWAY)
+    for pid in (2, 2, 2, 3):
+        admission.admits(ready("x", pid, FAST))
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["refused worker x (pid 2)",
+                                                                      "refused worker x (pid 3)"]
+
+
+def test_a_worker_of_another_mode_never_joins_and_gets_no_request(tmp_path):
+    async def scenario():
+        async with running(settings(tmp_path)) as (fleet, worker):
+            fleet.admission = Admission(GATEWAY)
+            good = await worker("good", serves=GATEWAY)
+            ctx = zmq.asyncio.Context()
+            wrong = await FakeWorker(ctx, fleet.endpoint, "wrong", pid=7, serves=FAST).start()
+            try:
+                await until(lambda: [r["id"] for r in fleet.admission.describe(60)] == ["wrong"], "refused")
+                assert "wrong" not in fleet.workers
+                submitted = [asyncio.create_task(fleet.submit(score(f"r{i}"))) for i in range(4)]
+                for _ in range(4):
+                    await good.answer(await good.recv())
+                await asyncio.gather(*submitted)
+                assert fleet.workers["good"].served == 4
+                assert await wrong.nothing_for(0.2)
+            finally:
+                wrong.close()
+                ctx.term()
+
+    run(scenario())
+
+
+@pytest.mark.fleet
+def test_a_fast_mode_worker_joining_a_deterministic_fleet_is_refused_and_serves_nothing(fleet):
+    cmd = [sys.executable, "-m", "jevfleet", "worker", "--id", "fast-one", "--index", "1", "--mode", "fast",
+           "--run-dir", str(fleet.run_dir), "--port", str(fleet.port), "--cores-per-worker", "1"]
+    log_path = fleet.run_dir / "fast_worker.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        health = fleet.wait_for(lambda h: any(r["id"] == "fast-one" for r in h.get("refused_workers", [])),
+                                "fast worker refused", timeout=180)
+        (refused,) = [r for r in health["refused_workers"] if r["id"] == "fast-one"]
+        assert refused["pid"] == proc.pid and "mode is 'fast'" in refused["reason"]
+        assert "fast-one" not in by_id(health) and health["status"] == "ready"
+        before = served_by(fleet)
+        assert [post(fleet.url, decision(s)).status for s in states(6, tag="refused ")] == [200] * 6
+        after = served_by(fleet)
+        assert "fast-one" not in after and sum(after.values()) - sum(before.values()) == 6
+        assert "refused worker fast-one" in (fleet.run_dir / "gateway.log").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
