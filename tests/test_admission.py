@@ -47,7 +47,7 @@ def test_a_refused_worker_is_logged_once_per_process(caplog):
 def test_a_worker_of_another_mode_never_joins_and_gets_no_request(tmp_path):
     async def scenario():
         async with running(settings(tmp_path)) as (fleet, worker):
-            fleet.admission = Admission(GATEWAY)
+            fleet.membership.admission = Admission(GATEWAY)
             good = await worker("good", serves=GATEWAY)
             ctx = zmq.asyncio.Context()
             wrong = await FakeWorker(ctx, fleet.endpoint, "wrong", pid=7, serves=FAST).start()

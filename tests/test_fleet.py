@@ -1,5 +1,6 @@
 """The gateway's Fleet over real ZeroMQ against scripted workers: membership, loss and resend,
-drain hand-back, deadlines, cancellation, backpressure. No model is loaded (fast)."""
+drain hand-back, deadlines, cancellation, backpressure, and the request lifecycle (queued, parked,
+done). No model is loaded (fast)."""
 from __future__ import annotations
 
 import asyncio
@@ -71,8 +72,10 @@ def test_a_request_reaches_a_worker_and_its_result_comes_back(tmp_path):
             task = asyncio.create_task(fleet.submit(score("r1")))
             msg = await a.recv()
             assert (msg.request_id, msg.prefix) == ("r1", PREFIX)
+            assert fleet.placement.lifecycle() == {"queued": 1}
             await a.answer(msg, margin=0.5, read=1000, run_ms=500)
             assert (await task).margins == [0.5]
+            assert fleet.placement.lifecycle() == {}  # done, and forgotten once its waiting ended
             w = fleet.workers["a"]
             assert (w.served, w.queued_requests) == (1, 0)
             assert w.tokens_per_s > 200  # moved toward the measured 2000 tokens/s
@@ -162,6 +165,7 @@ def test_with_no_other_worker_a_lost_request_waits_for_the_restart(tmp_path):
             await a.recv()
             a.close()
             await until(lambda: fleet.describe()["parked"] == 1, "parked")
+            assert fleet.placement.lifecycle() == {"parked": 1}  # not also still queued at the lost worker
             a2 = await worker("a", pid=101)  # supervisord's restart: same id, new pid
             await a2.answer(await a2.recv(), margin=2.0)
             assert (await task).margins == [2.0]

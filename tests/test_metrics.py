@@ -8,7 +8,7 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.fleet import WorkerState
+from gateway.membership import WorkerState
 from gateway.metrics import Metrics
 from gateway.routing import PrefixMemory
 from tests.fleet import Fleet, http, post_json
