@@ -83,6 +83,11 @@ bench-decide: $(VENV)/.installed-bench
 bench-engine: $(VENV)/.installed-bench
 	$(PY) -m bench.engine $(BENCH_ARGS)
 
+# Which micro-batch shapes keep a token row's logits bit-identical, per kernel (docs/architecture.md).
+.PHONY: bench-invariance
+bench-invariance: $(VENV)/.installed-bench
+	$(PY) -m bench.invariance $(BENCH_ARGS)
+
 # Where a short request's time goes in the worker (llama_decode calls, cache size), both modes.
 .PHONY: bench-decode
 bench-decode: $(VENV)/.installed-bench

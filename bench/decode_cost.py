@@ -3,7 +3,7 @@
     make bench-decode                     # or: python -m bench.decode_cost [--reps N]
 
 Written to explain why llama-server answers W1 faster than our fleet (docs/benchmarks.md).
-Per mode (each in a child process: the mode is fixed when llama.cpp is loaded) it prints
+Per mode (each in a child process of its own) it prints
   - reading n tokens in one llama_decode call at position 0, and 48 tokens in three calls of
     16 (what a W1 request costs us: state in pieces, then the question in its own sequence);
   - Engine.run on W1 requests with the preamble pinned, as a worker runs them, and the share
@@ -76,7 +76,7 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
         engine._read = timed
         runs = []
         for item in items[: reps + WARM_RUNS]:
-            job = make_job(engine, profile, item.state, [item.question])
+            job = make_job(engine, profile, item.state, [item.questions[0]])
             decode_ms[0] = 0.0
             start = time.perf_counter()
             read = engine.run([job])
@@ -95,7 +95,7 @@ def other_thread(mode: str, reps: int) -> tuple[float, float]:
     def median_run() -> float:
         runs = []
         for item in items:
-            job = make_job(engine, profile, item.state, [item.question])
+            job = make_job(engine, profile, item.state, [item.questions[0]])
             start = time.perf_counter()
             engine.run([job])
             runs.append((time.perf_counter() - start) * 1000)

@@ -199,8 +199,7 @@ def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
     """The gateway's app: the profile's GGUF read vocab-only to tokenize, and the fleet's ROUTER."""
     profile = load_profile(settings.profile)
     model_file = resolve_model(profile, settings.cache_path, settings.model)
-    tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads,
-                          deterministic=settings.mode == "deterministic")
+    tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads)
     fleet = Fleet(settings, preamble_tokens=tokenizer.preamble_tokens,
                   serves=serving_facts(profile=profile, model_sha256=file_sha256(model_file), mode=settings.mode,
                                        tokenize=partial(tokenize, tokenizer.vocab)))

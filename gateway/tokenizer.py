@@ -20,9 +20,8 @@ SUFFIX_CACHE = 4096  # distinct question texts whose ids are kept (a few hundred
 
 
 class Tokenizer:
-    def __init__(self, model_path: Path, profile: Profile, *, threads: int = 2, deterministic: bool = True):
-        llama(deterministic)
-        self.model = load_model(model_path, vocab_only=True, deterministic=deterministic)
+    def __init__(self, model_path: Path, profile: Profile, *, threads: int = 2):
+        self.model = load_model(model_path, vocab_only=True)
         self.vocab = llama().llama_model_get_vocab(self.model)
         self.profile = profile
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tokenize")

@@ -36,7 +36,7 @@ def load_in_process(settings: Settings, profile: Profile | None = None) -> tuple
     the cores it may use unless settings.threads says otherwise; for decide and `jevfleet eval`."""
     profile = profile or load_profile(settings.profile)
     path = resolve_model(profile, settings.cache_path, settings.model)
-    tokenizer = Tokenizer(path, profile, threads=1, deterministic=settings.mode == "deterministic")
+    tokenizer = Tokenizer(path, profile, threads=1)
     engine = build_engine(settings, profile, path, settings.threads or len(os.sched_getaffinity(0)))
     return profile, tokenizer, engine
 

@@ -5,7 +5,9 @@
 Each user is a closed-loop client (no think time): it posts the next request of the workload
 (one shared sequence for all users, so W3's state/question order holds), reads the answer and
 checks it (loadtest/validate.py). Outcomes, as Locust records them:
-  "answer"  a response; a failure when the status is not 200 or the body is not a valid answer
+  "answer"  a response; a failure when the status is not 200 or the body is not a valid answer.
+            Its response length is set to the number of questions answered (0 for a failure),
+            so the entry's total content length counts answers per question (W4 asks 20 a request)
   "shed"    429/503: the server refused work it could not take in time; counted apart from
             errors, and the user waits the Retry-After (at most 5 s) like the SDK does
 """
@@ -65,12 +67,14 @@ class DecisionUser(FastHttpUser):
                 resp.success()
                 wait = min(float(resp.headers.get("Retry-After") or 1), MAX_RETRY_WAIT_S)
             elif resp.status_code != 200:
+                resp.request_meta["response_length"] = 0
                 resp.failure(f"status {resp.status_code}: {(resp.text or str(resp.error))[:200]}")
                 return
             else:
                 try:
-                    self.protocol.check(resp.json(), self.profile)
+                    resp.request_meta["response_length"] = self.protocol.check(resp.json(), self.profile, item)
                 except (InvalidAnswer, ValueError) as exc:
+                    resp.request_meta["response_length"] = 0
                     resp.failure(f"invalid answer: {exc}")
                 return
         time.sleep(wait)  # gevent-patched: only this user waits

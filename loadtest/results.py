@@ -25,7 +25,7 @@ class Row:
     workload: str
     users: int
     seconds: float
-    answered: int  # valid answers
+    answered: int  # requests answered validly
     errors: int  # failed requests and invalid answers
     shed: int  # 429/503
     p50_ms: float
@@ -35,11 +35,17 @@ class Row:
     queue_ms: float | None = None  # our fleet only (from /metrics): mean wait for the scheduler
     inference_ms: float | None = None  # ... mean run time of the batch an answer was in
     batch: float | None = None  # ... mean requests per batch, as answers saw it
+    questions: int | None = None  # questions in the valid answers (None: one per request)
 
     @property
     def rps(self) -> float:
-        """Valid answers per second."""
+        """Validly answered requests per second."""
         return self.answered / self.seconds
+
+    @property
+    def qps(self) -> float:
+        """Answers per second counted per question (W4 asks 20 in a request; a choice is one)."""
+        return (self.answered if self.questions is None else self.questions) / self.seconds
 
     @property
     def littles_l(self) -> float:
@@ -68,6 +74,8 @@ def row_from_locust_json(path: Path, *, target: str, workload: str, users: int, 
     n_all = sum(e["num_requests"] for e in entries.values())
     total_ms = sum(e["total_response_time"] for e in entries.values())
     failures = answer.get("num_failures", 0)
+    # locustfile.py sets an answer's response length to the questions it answered
+    questions = answer.get("total_content_length")
     return Row(
         target=target, workload=workload, users=users, seconds=seconds,
         answered=answer.get("num_requests", 0) - failures,
@@ -75,12 +83,13 @@ def row_from_locust_json(path: Path, *, target: str, workload: str, users: int, 
         shed=entries.get(SHED, {}).get("num_requests", 0),
         p50_ms=percentile(histogram, 0.50), p90_ms=percentile(histogram, 0.90), p99_ms=percentile(histogram, 0.99),
         mean_ms=total_ms / n_all if n_all else float("nan"),
+        questions=None if questions is None else int(questions),
     )
 
 
-HEADER = ("| target | workload | users | req/s | p50 ms | p90 ms | p99 ms | errors | shed | L = λ·W | L / users "
-          "| queue ms | inference ms | batch |\n"
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+HEADER = ("| target | workload | users | req/s | answers/s | p50 ms | p90 ms | p99 ms | errors | shed | L = λ·W "
+          "| L / users | queue ms | inference ms | batch |\n"
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def _opt(value: float | None, fmt: str) -> str:
@@ -88,8 +97,8 @@ def _opt(value: float | None, fmt: str) -> str:
 
 
 def table_line(row: Row) -> str:
-    return (f"| {row.target} | {row.workload} | {row.users} | {row.rps:.2f} | {row.p50_ms:.0f} | {row.p90_ms:.0f} "
-            f"| {row.p99_ms:.0f} | {row.errors} | {row.shed} | {row.littles_l:.2f} | {row.littles_l / row.users:.2f} "
+    return (f"| {row.target} | {row.workload} | {row.users} | {row.rps:.2f} | {row.qps:.2f} | {row.p50_ms:.0f} "
+            f"| {row.p90_ms:.0f} | {row.p99_ms:.0f} | {row.errors} | {row.shed} | {row.littles_l:.2f} | {row.littles_l / row.users:.2f} "
             f"| {_opt(row.queue_ms, '.0f')} | {_opt(row.inference_ms, '.0f')} | {_opt(row.batch, '.1f')} |")
 
 
@@ -102,7 +111,8 @@ def write_results(rows: list[Row], out: Path, *, command: str, machine: str) -> 
     path.write_text(
         "# Load sweep results\n\n"
         f"Command: `{command}`\n\nMachine: {machine}\n\n"
-        "Closed loop (no think time); req/s counts valid answers; percentiles are over answered requests; "
+        "Closed loop (no think time); req/s counts validly answered requests, answers/s the questions in them "
+        "(W4 asks 20 noul questions a request, or one 255-option choice); percentiles are over answered requests; "
         "errors = failed requests + invalid answers; shed = 429/503. Little's law: L = λ·W over all "
         "completed requests, expected ≈ users. queue/inference/batch: means over the run from our fleet's "
         "/metrics (Server-Timing phases and batch size).\n\n"
@@ -112,7 +122,8 @@ def write_results(rows: list[Row], out: Path, *, command: str, machine: str) -> 
 
 
 def plot(rows: list[Row], out: Path) -> Path:
-    """req/s (left) and p50/p99 latency (right) against users; one colour per target and workload."""
+    """Answers/s per question (left) and p50/p99 latency (right) against users; one colour per
+    target and workload."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,7 +134,7 @@ def plot(rows: list[Row], out: Path) -> Path:
     for target, workload in sorted({(r.target, r.workload) for r in rows}):
         pts = sorted((r for r in rows if (r.target, r.workload) == (target, workload)), key=lambda r: r.users)
         users = [r.users for r in pts]
-        line, = ax_rps.plot(users, [r.rps for r in pts], marker="o", label=f"{target} {workload}")
+        line, = ax_rps.plot(users, [r.qps for r in pts], marker="o", label=f"{target} {workload}")
         ax_lat.plot(users, [r.p50_ms for r in pts], marker="o", color=line.get_color())
         ax_lat.plot(users, [r.p99_ms for r in pts], marker="^", linestyle="--", color=line.get_color())
     ax_rps.set(xlabel="concurrent users (closed loop)", ylabel="answers / s", title="Throughput")

@@ -5,8 +5,8 @@
 
 Targets are measured one after the other on the same machine, GGUF, thread count and prompts:
   jevfleet          our fleet at --host, or one the sweep starts (and stops) when --host is absent
-  jevfleet-fast     a fleet the sweep starts with --mode fast (llama.cpp's own kernels, weight
-                    repacking, no determinism guarantee): what the deterministic default costs
+  jevfleet-fast     a fleet the sweep starts with --mode fast (micro-batches of any size, no
+                    determinism guarantee): what the deterministic default costs
   jevfleet-per-core a fleet the sweep starts with --cores-per-worker 1: one one-thread worker
                     per core instead of the default one worker per two cores
   llama-cpp-python  `python -m llama_cpp.server` on the same GGUF, started and stopped here
@@ -104,7 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--users", type=user_counts, default=[1, 2, 4, 8, 16], help="comma-separated user counts")
     p.add_argument("--duration", type=seconds, default=60, help="measured time per user count (60s, 2m)")
     p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
-    p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3 or a comma list")
+    p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3, W4 or a comma list")
     p.add_argument("--target", type=target_list, default=["jevfleet"],
                    help=f"{', '.join(TARGETS)}, both (jevfleet + llama-cpp-python), all, or a comma list")
     p.add_argument("--out", type=Path, required=True, help="directory for results.md, the plot and logs")
@@ -115,6 +115,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slots", type=int, default=8, help="llama-server parallel slots (-np)")
     p.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary; default: build/cache one")
     return p.parse_args(argv)
+
+
+def can_run(target: str, workload: str) -> bool:
+    """False for a server that takes one prompt per call (llama-cpp-python) and a workload
+    whose requests ask many questions (W4): it could not be given the same work in one call."""
+    return PROTOCOLS[PROTOCOL_OF[target]].many_prompts or all(
+        len(item.question_ids) == 1 and not item.options for item in workloads.load(workload))
 
 
 def machine() -> str:
@@ -137,7 +144,7 @@ class Sweep:
         self.cache = settings.cache_path
         self.profile = load_profile(settings.profile)
         self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
-        self.runs_total = len(args.target) * len(args.workload) * len(args.users)
+        self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users)
         self.runs_done = 0
 
     def server(self, target: str) -> AbstractContextManager[str]:
@@ -160,6 +167,9 @@ class Sweep:
             with self.server(target) as url:
                 print(f"[{target}] serving at {url}", flush=True)
                 for workload in self.args.workload:
+                    if not can_run(target, workload):
+                        print(f"[{target}] skips {workload}: it takes one prompt per call", flush=True)
+                        continue
                     if self.args.warmup:
                         self.locust(target, url, workload, users=1, duration=self.args.warmup, tag="warmup")
                     for users in self.args.users:
@@ -180,7 +190,7 @@ class Sweep:
         if split is not None:
             row = replace(row, queue_ms=split.queue_ms, inference_ms=split.inference_ms, batch=split.batch)
         self.rows.append(row)
-        print(f"    {row.answered} answers, {row.rps:.2f} req/s, p50 {row.p50_ms:.0f} ms, p99 {row.p99_ms:.0f} ms, "
+        print(f"    {row.answered} answers, {row.rps:.2f} req/s, {row.qps:.2f} answers/s, p50 {row.p50_ms:.0f} ms, p99 {row.p99_ms:.0f} ms, "
               f"errors {row.errors}, shed {row.shed}, L=λW {row.littles_l:.2f}", flush=True)
         self.write()
 

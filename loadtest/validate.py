@@ -11,7 +11,7 @@ top k is bounded by the smallest log-probability listed (its true value is at mo
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from gateway.answers import p_yes
 from shared.profiles import Profile
@@ -28,21 +28,40 @@ def _probability(value: Any, where: str) -> float:
 
 
 def check_decision(body: Any, question_id: str) -> float:
-    """A /v1/systemone answer to one noul question."""
+    """A /v1/systemone answer to one noul question: its P(yes)."""
+    check_answers(body, (question_id,), "noul")
+    return float(body["answers"][question_id]["noul"])
+
+
+def check_answers(body: Any, question_ids: Sequence[str], kind: str) -> int:
+    """A /v1/systemone answer to `question_ids`, each a noul or each a choice (`kind`): the
+    number of questions answered."""
     try:
-        answer = body["answers"][question_id]
+        answers = body["answers"]
         usage = body["usage"]
     except (KeyError, TypeError) as exc:
         raise InvalidAnswer(f"missing {exc} in {str(body)[:200]}") from None
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise InvalidAnswer("no model name")
-    if set(body["answers"]) != {question_id}:
-        raise InvalidAnswer(f"answers for {sorted(body['answers'])}, asked {question_id!r}")
-    if answer.get("type") != "noul":
-        raise InvalidAnswer(f"answer type {answer.get('type')!r}, asked noul")
-    if not isinstance(usage.get("input_tokens"), int) or usage.get("output_tokens") != 0:
+    if not isinstance(answers, dict) or set(answers) != set(question_ids):
+        raise InvalidAnswer(f"answers for {sorted(answers) if isinstance(answers, dict) else answers!r}, "
+                            f"asked {sorted(question_ids)}")
+    if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int) or usage.get("output_tokens") != 0:
         raise InvalidAnswer(f"bad usage {usage!r}")
-    return _probability(answer.get("noul"), "noul")
+    for qid in question_ids:
+        answer = answers[qid]
+        if not isinstance(answer, dict) or answer.get("type") != kind:
+            raise InvalidAnswer(f"answer {qid!r} is {str(answer)[:80]}, asked a {kind}")
+        if kind == "noul":
+            _probability(answer.get("noul"), "noul")
+            continue
+        probabilities = answer.get("probabilities")
+        if not isinstance(probabilities, dict) or answer.get("choice") not in probabilities:
+            raise InvalidAnswer(f"choice {answer.get('choice')!r} is not among its probabilities")
+        for name, value in probabilities.items():
+            _probability(value, f"probability of {name!r}")
+        _probability(answer.get("confidence"), "confidence")
+    return len(question_ids)
 
 
 def yes_probability(profile: Profile, top: Mapping[str, float]) -> float:
@@ -83,3 +102,15 @@ def check_llama_server_completion(body: Any, profile: Profile) -> float:
     except (KeyError, IndexError, TypeError) as exc:
         raise InvalidAnswer(f"no completion_probabilities ({exc!r}) in {str(body)[:200]}") from None
     return yes_probability(profile, top)
+
+
+def check_llama_server_completions(body: Any, profile: Profile, prompts: int, questions: int) -> int:
+    """llama-server's answer to `prompts` prompts in one /completion call (one object for one
+    prompt, else an array of them): every P(yes) readable. Returns `questions`, the number of
+    questions those prompts ask."""
+    results = [body] if prompts == 1 else body
+    if not isinstance(results, list) or len(results) != prompts:
+        raise InvalidAnswer(f"{len(results) if isinstance(results, list) else 'no'} results for {prompts} prompts")
+    for result in results:
+        check_llama_server_completion(result, profile)
+    return questions

@@ -1,13 +1,13 @@
-"""The one place that imports llama_cpp: environment first, then the library, then quiet logs.
+"""The one place that imports llama_cpp: the library, then quiet logs.
 
-ggml reads GGML_CPU_TILED_MM when it initialises, so deterministic mode must set it before the
-first import. Gateway (vocab-only tokenizer) and worker (full model) both load through here, so
-they tokenize with the same code and get the same ids.
+Gateway (vocab-only tokenizer) and worker (full model) both load through here, so they tokenize
+with the same code and get the same ids. Both modes load the model alike, with llama.cpp's fast
+CPU paths (weight repacking, the tiled K-quant matmul): deterministic mode gets its invariance
+from the shapes of its micro-batches (worker/pieces.py), not from switching kernels off.
 """
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -17,11 +17,9 @@ _log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
 _WARN, _ERROR = 3, 4  # ggml_log_level
 
 
-def llama(deterministic: bool = True) -> ModuleType:
+def llama() -> ModuleType:
     global _llama, _log_callback
     if _llama is None:
-        if deterministic:
-            os.environ["GGML_CPU_TILED_MM"] = "0"
         import llama_cpp
 
         llama_cpp.llama_backend_init()
@@ -37,12 +35,10 @@ def llama(deterministic: bool = True) -> ModuleType:
     return _llama
 
 
-def load_model(path: Path, *, vocab_only: bool = False, deterministic: bool = True):
-    lib = llama(deterministic)
+def load_model(path: Path, *, vocab_only: bool = False):
+    lib = llama()
     params = lib.llama_model_default_params()
     params.vocab_only = vocab_only
-    if deterministic:
-        params.use_extra_bufts = False  # weight repacking makes results depend on row position
     model = lib.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {path}")

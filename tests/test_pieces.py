@@ -1,16 +1,19 @@
 from hypothesis import given, strategies as st
 
-from worker.pieces import piece_sizes
+from worker.pieces import MIN_ROWS, ROW_STEP, piece_sizes
 
 
-@given(total=st.integers(2, 5000), ubatch=st.integers(3, 63))
-def test_pieces_cover_the_stream_with_two_to_ubatch_tokens_each(total, ubatch):
+@given(total=st.integers(1, 5000), ubatch=st.sampled_from([12, 16, 32, 48, 60]))
+def test_pieces_take_whole_row_steps_and_pad_as_little_as_possible(total, ubatch):
     sizes = piece_sizes(total, ubatch)
-    assert sum(sizes) == total
-    assert all(2 <= s <= ubatch for s in sizes)
-    assert len(sizes) <= -(-total // ubatch) + 1
+    assert all(s % ROW_STEP == 0 and MIN_ROWS <= s <= ubatch for s in sizes)
+    assert sum(sizes) == max(MIN_ROWS, -(-total // ROW_STEP) * ROW_STEP)
+    assert len(sizes) == -(-sum(sizes) // ubatch)
 
 
-def test_a_lone_trailing_token_is_avoided():
-    assert piece_sizes(33, 32) == [17, 16]
-    assert piece_sizes(65, 32) == [32, 17, 16]
+def test_examples():
+    assert piece_sizes(1, 60) == [8]
+    assert piece_sizes(13, 60) == [16]
+    assert piece_sizes(60, 60) == [60]
+    assert piece_sizes(61, 60) == [56, 8]
+    assert piece_sizes(130, 60) == [60, 60, 12]

@@ -18,7 +18,7 @@ def test_percentile_reads_the_histogram():
 def test_a_row_from_locust_stats_counts_shed_apart_from_errors(tmp_path):
     stats = [
         {"name": "answer", "num_requests": 12, "num_failures": 2, "total_response_time": 12 * 500.0,
-         "response_times": {"400": 6, "500": 4, "900": 2}},
+         "response_times": {"400": 6, "500": 4, "900": 2}, "total_content_length": 10 * 20},
         {"name": "shed", "num_requests": 3, "num_failures": 0, "total_response_time": 3 * 10.0,
          "response_times": {"10": 3}},
     ]
@@ -26,11 +26,11 @@ def test_a_row_from_locust_stats_counts_shed_apart_from_errors(tmp_path):
     path.write_text(json.dumps(stats))
     row = row_from_locust_json(path, target="jevfleet", workload="W1", users=4, seconds=5.0)
     assert (row.answered, row.errors, row.shed) == (10, 2, 3)
-    assert row.rps == 2.0
+    assert row.rps == 2.0 and row.qps == 40.0  # locustfile.py: an answer's length = its questions
     assert (row.p50_ms, row.p90_ms, row.p99_ms) == (400, 900, 900)
     assert row.littles_l == pytest.approx((15 / 5.0) * (6030 / 15 / 1000))  # λ · W over every completed request
     table = markdown_table([row])
-    assert "| jevfleet | W1 | 4 | 2.00 | 400 | 900 | 900 | 2 | 3 | 1.21 | 0.30 | – | – | – |" in table
+    assert "| jevfleet | W1 | 4 | 2.00 | 40.00 | 400 | 900 | 900 | 2 | 3 | 1.21 | 0.30 | – | – | – |" in table
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from loadtest.validate import (InvalidAnswer, check_decision, check_llama_server_completion,
+from loadtest.validate import (InvalidAnswer, check_answers, check_decision, check_llama_server_completion,
+                               check_llama_server_completions,
                                check_openai_completion, yes_probability)
 from shared.profiles import load_profile
 
@@ -51,3 +52,28 @@ def test_baseline_shapes():
             check_openai_completion(body, PROFILE)
     with pytest.raises(InvalidAnswer):
         check_llama_server_completion({"content": "Yes"}, PROFILE)
+
+
+def test_many_answers_and_a_choice_are_checked_and_counted():
+    nouls = {"model": "m", "answers": {"a": {"type": "noul", "noul": 0.1}, "b": {"type": "noul", "noul": 0.9}},
+             "usage": {"input_tokens": 90, "output_tokens": 0}}
+    assert check_answers(nouls, ("a", "b"), "noul") == 2
+    choice = {"model": "m", "usage": {"input_tokens": 90, "output_tokens": 0},
+              "answers": {"q": {"type": "choice", "choice": "2 days", "confidence": 0.6,
+                                "probabilities": {"1 day": 0.4, "2 days": 0.6}}}}
+    assert check_answers(choice, ("q",), "choice") == 1
+    wrong_choice = {**choice, "answers": {"q": {**choice["answers"]["q"], "choice": "9 days"}}}
+    for body, ids, kind in ((nouls, ("a",), "noul"), (nouls, ("a", "b"), "choice"), (wrong_choice, ("q",), "choice"),
+                            ({**nouls, "answers": {"a": {"type": "noul", "noul": 2}, "b": {"type": "noul", "noul": 0}}},
+                             ("a", "b"), "noul")):
+        with pytest.raises(InvalidAnswer):
+            check_answers(body, ids, kind)
+
+
+def test_llama_server_answers_to_many_prompts_come_as_one_array():
+    one = {"completion_probabilities": [{"top_logprobs": [{"token": " Yes", "logprob": -0.1}]}]}
+    assert check_llama_server_completions([one, one, one], PROFILE, 3, 3) == 3
+    assert check_llama_server_completions(one, PROFILE, 1, 1) == 1
+    for body in ([one, one], one, [one, {"content": "Yes"}, one]):
+        with pytest.raises(InvalidAnswer):
+            check_llama_server_completions(body, PROFILE, 3, 3)

@@ -8,8 +8,8 @@ Logits are computed only at the last token of each suffix, and only the yes/no t
 is never copied.
 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, of how the prompt
-was cut and of whether its state came from a snapshot (docs/architecture.md): no weight
-repacking, no tiled K-quant matmul, flash attention on, every micro-batch 2..32 tokens
+was cut and of whether its state came from a snapshot (docs/architecture.md): flash attention
+on, every micro-batch a multiple of 4 rows from 8 to 60, padded with throwaway rows
 (worker/pieces.py), and every sequence's KV cells in position order (worker/snapshots.py).
 Only the scheduler thread may call into an Engine.
 """
@@ -26,7 +26,7 @@ from worker.head import Head, Readout
 from worker.pieces import piece_sizes
 from worker.snapshots import SnapshotCache
 
-UBATCH = 32  # deterministic micro-batch size (must stay <= 63)
+UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
 N_WORK = 64  # working sequences: request prefixes, their suffixes, and one scratch sequence
 MAX_SEQ = 256  # LLAMA_MAX_SEQ of llama.cpp
@@ -59,10 +59,10 @@ class Engine:
         extra_cells: int = 0,
         head: Head | None = None,
     ) -> None:
-        lib = llama(deterministic)
+        lib = llama()
         self.deterministic = deterministic
         self.ctx = ctx
-        self.model = load_model(model_path, deterministic=deterministic)
+        self.model = load_model(model_path)
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.readout = Readout(self.n_vocab, head)  # margin per suffix: yes−no, or the learned head
@@ -71,7 +71,7 @@ class Engine:
         if self.n_seq_max > MAX_SEQ:
             raise ValueError(f"state_cache may be at most {MAX_SEQ - N_WORK}")
         # Cells: the snapshots, plus what one batch reads (its prefixes, or one long request)
-        # and one wave of suffixes, plus the 2-token padding of lone tokens.
+        # and one wave of suffixes, plus a read's padding rows (fewer than 8).
         snapshot_cells = state_cache_tokens if state_cache else 0
         cells = ctx + batch_tokens + WAVE_TOKENS + N_WORK + snapshot_cells + extra_cells
         cparams = lib.llama_context_default_params()
@@ -93,7 +93,7 @@ class Engine:
             raise RuntimeError("llama.cpp could not create a context")
         self.n_ctx = cparams.n_ctx
         self.n_batch = cparams.n_batch
-        self.scratch = N_WORK - 1  # pads a lone token to two rows; warm calls
+        self.scratch = N_WORK - 1  # padding rows; warm calls
         self.max_batch_requests = (N_WORK - 1) // 2  # the other half holds suffixes
         self.mem = lib.llama_get_memory(self.ctx_ptr)
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
@@ -140,7 +140,7 @@ class Engine:
     def decode_shapes(self, n_tokens: int) -> list[int]:
         """Rows of each llama_decode call that reading n_tokens new tokens makes."""
         if self.deterministic:
-            return piece_sizes(max(2, n_tokens), UBATCH)
+            return piece_sizes(max(1, n_tokens), UBATCH)
         return [min(self.n_batch, n_tokens - i) for i in range(0, n_tokens, self.n_batch)]
 
     def _read(self, items: list[tuple[int, int, list[int], int | None]], on_logits) -> int:
@@ -154,12 +154,12 @@ class Engine:
                 stream.append((tok, start + i, seq, last))
         if not stream:
             return 0
-        padded = self.deterministic and len(stream) == 1
-        if padded:  # a one-row micro-batch takes other code paths: add a throwaway row
-            stream.append((stream[0][0], 0, self.scratch, None))
+        shapes = self.decode_shapes(len(stream))
+        padded = sum(shapes) - len(stream)  # throwaway rows that fill the last piece
+        stream += [(stream[0][0], pos, self.scratch, None) for pos in range(padded)]
         at = 0
         b = self.batch
-        for size in self.decode_shapes(len(stream)):
+        for size in shapes:
             outputs: list[tuple[int, int]] = []
             for row, (tok, pos, seq, job) in enumerate(stream[at : at + size]):
                 b.token[row] = tok

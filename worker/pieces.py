@@ -1,20 +1,30 @@
 """How a stream of new tokens is cut into llama_decode calls.
 
-Deterministic mode needs every micro-batch to hold 2..n_ubatch tokens: ggml's CPU backend
-takes other code paths for one-row batches (and for >= 64 rows), which changes the last bits of
-the logits. Cutting the stream ourselves keeps llama.cpp from ever making such a micro-batch.
+Deterministic mode needs every token row to take the same kernels, whatever else is in its
+micro-batch, and ggml's CPU backend picks kernels by a micro-batch's row count
+(docs/architecture.md has the list): repacked Q4_K weights multiply rows in groups of four and
+the rows left over one by one, the tiled K-quant matmul starts at 8 rows, llamafile's sgemm at
+2, and flash attention takes other paths for one row and for 64 or more. So every llama_decode
+holds a multiple of ROW_STEP rows, at least MIN_ROWS and fewer than 64; a stream that does not
+fill its last piece gets throwaway rows (the engine puts them in a scratch sequence).
 """
 from __future__ import annotations
 
+ROW_STEP = 4
+MIN_ROWS = 8
+
 
 def piece_sizes(total: int, ubatch: int) -> list[int]:
-    """Sizes in [2, ubatch] that add up to `total` (>= 2), as few pieces as possible."""
-    if total < 2:
-        raise ValueError("a decode needs at least two tokens in deterministic mode")
-    if ubatch < 3:
-        raise ValueError("ubatch must be at least 3")
-    full, rest = divmod(total, ubatch)
+    """Rows of each llama_decode that reads `total` (>= 1) tokens: multiples of ROW_STEP from
+    MIN_ROWS to `ubatch`, as few as possible, adding up to `total` rounded up to a multiple of
+    ROW_STEP (and to at least MIN_ROWS)."""
+    if total < 1:
+        raise ValueError("a decode needs at least one token")
+    if ubatch < MIN_ROWS + ROW_STEP or ubatch % ROW_STEP:
+        raise ValueError(f"ubatch must be a multiple of {ROW_STEP} above {MIN_ROWS}")
+    rows = max(MIN_ROWS, -(-total // ROW_STEP) * ROW_STEP)
+    full, rest = divmod(rows, ubatch)
     sizes = [ubatch] * full + ([rest] if rest else [])
-    if sizes[-1] == 1:  # 33 -> 17 + 16, never a lone token
-        sizes[-2:] = [(ubatch + 2) // 2, ubatch + 1 - (ubatch + 2) // 2]
+    if sizes[-1] < MIN_ROWS:  # 64 rows -> 56 + 8 (with ubatch 60), never a piece of 4
+        sizes[-2:] = [ubatch - MIN_ROWS + sizes[-1], MIN_ROWS]
     return sizes

@@ -15,7 +15,7 @@ from shared.profiles import Profile, encode_prefix, encode_suffix
 from worker.engine import Engine, Job
 
 IDLE_GRACE_S = 0.5  # empty-queue time before idle warmup starts
-WARM_ROWS = 32  # longest warm call: every deterministic-mode shape; fast mode's longer ones are skipped
+WARM_ROWS = 60  # longest warm call: every deterministic-mode shape; fast mode's longer ones are skipped
 
 
 def make_job(engine: Engine, profile: Profile, state: str, questions: list[str]) -> Job:

@@ -1,0 +1,143 @@
+"""Which micro-batch shapes give a token row the same logits wherever it sits in a micro-batch.
+
+    make bench-invariance          # every configuration of CONFIGS, one child process each
+    python -m bench.invariance --one [--repack 0|1] [--tiled 0|1] [--shapes 8,12,48] [--trials N]
+
+One process per configuration (ggml reads GGML_CPU_TILED_MM once). A target sequence of tokens
+is decoded again and again, each time cut differently and mixed with rows of other sequences so
+that its rows land at other places in micro-batches whose sizes are drawn from --shapes; the
+logits of its last token (the whole vocabulary row) must match the first run bit for bit. Prints
+how many layouts differed and by how much, and the time of a 384-token read in those shapes.
+Not run by the tests; docs/architecture.md says what it found.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+# (repack, tiled, shapes): the deterministic mode's rule (multiples of 4, 8..60), the old
+# deterministic mode (no repacking, no tiled matmul), and shapes that break each kernel's rule
+CONFIGS = [(1, 1, "8,12,20,28,36,44,52,60"), (1, 1, "60,8,12"), (1, 1, "16,32,48"), (0, 0, "32"),
+           (1, 1, "5,7,13,30"), (1, 1, "8,4"), (1, 1, "64")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.invariance", description=__doc__.splitlines()[0])
+    parser.add_argument("--one", action="store_true", help="run one configuration in this process")
+    parser.add_argument("--repack", type=int, default=1, help="weight repacking (use_extra_bufts)")
+    parser.add_argument("--tiled", type=int, default=1, help="GGML_CPU_TILED_MM")
+    parser.add_argument("--shapes", default="8,12,60", help="allowed micro-batch row counts")
+    parser.add_argument("--trials", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    if not args.one:
+        print(f"# python -m bench.invariance (load {os.getloadavg()[0]:.1f})", flush=True)
+        for repack, tiled, shapes in CONFIGS:
+            subprocess.run([sys.executable, "-m", "bench.invariance", "--one", "--repack", str(repack), "--tiled",
+                            str(tiled), "--shapes", shapes, "--trials", str(args.trials), "--threads",
+                            str(args.threads)], check=True)
+        return 0
+    os.environ["GGML_CPU_TILED_MM"] = str(args.tiled)
+    import llama_cpp as lib
+
+    from bench.engine import model
+
+    shapes = [int(s) for s in args.shapes.split(",")]
+    lib.llama_backend_init()
+    quiet = lib.llama_log_callback(lambda *_: None)  # kept alive while llama.cpp may call it
+    lib.llama_log_set(quiet, None)
+    mparams = lib.llama_model_default_params()
+    mparams.use_extra_bufts = bool(args.repack)
+    mdl = lib.llama_model_load_from_file(str(model()[1]).encode(), mparams)
+    cparams = lib.llama_context_default_params()
+    cparams.n_ctx = 4096
+    cparams.n_batch = cparams.n_ubatch = max(shapes)
+    cparams.n_seq_max = 8
+    cparams.n_threads = cparams.n_threads_batch = args.threads
+    cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    cparams.kv_unified = True
+    cparams.swa_full = True
+    ctx = lib.llama_init_from_model(mdl, cparams)
+    mem = lib.llama_get_memory(ctx)
+    n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(mdl))
+    batch = lib.llama_batch_init(max(shapes), 0, 1)
+    rng = random.Random(args.seed)
+    target = [2] + [rng.randrange(1000, 30000) for _ in range(70)]
+
+    def decode(rows: list[tuple[int, int, int, bool]]) -> np.ndarray | None:
+        """rows: (token, pos, seq, logits?); returns the logits row of the one flagged row."""
+        for i, (tok, pos, seq, out) in enumerate(rows):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq, out
+        batch.n_tokens = len(rows)
+        if lib.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        for i, row in enumerate(rows):
+            if row[3]:
+                return np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
+        return None
+
+    def layout(trial: int) -> list[list[tuple[int, int, int, bool]]]:
+        """The target's rows in order, cut at random, each micro-batch filled up with rows of
+        other sequences before and after to a size from `shapes` (trial 0: target alone,
+        first shape, the end padded)."""
+        stream = [(tok, pos, 0, pos == len(target) - 1) for pos, tok in enumerate(target)]
+        fill_pos = {s: 0 for s in range(1, 6)}
+
+        def filler(n: int) -> list[tuple[int, int, int, bool]]:
+            out = []
+            for _ in range(n):
+                seq = rng.randrange(1, 6)
+                out.append((rng.randrange(1000, 30000), fill_pos[seq], seq, False))
+                fill_pos[seq] += 1
+            return out
+
+        out, at = [], 0
+        while at < len(stream):
+            size = shapes[0] if trial == 0 else rng.choice(shapes)
+            take = min(len(stream) - at, size if trial == 0 else rng.randint(1, size))
+            before = 0 if trial == 0 else rng.randint(0, size - take)
+            out.append(filler(before) + stream[at:at + take] + filler(size - take - before))
+            at += take
+        return out
+
+    results, worst, differed = [], 0.0, 0
+    for trial in range(args.trials):
+        lib.llama_memory_clear(mem, True)
+        got = None
+        for rows in layout(trial):
+            logits = decode(rows)
+            got = logits if logits is not None else got
+        results.append(got)
+        if trial:
+            gap = float(np.max(np.abs(got - results[0])))
+            differed += gap != 0.0
+            worst = max(worst, gap)
+    # speed: a 384-token read of one sequence, cut into the largest shape
+    size = max(shapes)
+    read = [(rng.randrange(1000, 30000), p, 0, p == 383) for p in range(384)]
+    times = []
+    for _ in range(3):
+        lib.llama_memory_clear(mem, True)
+        t = time.perf_counter()
+        for i in range(0, 384, size):
+            rows = read[i:i + size]
+            rows += [(5, p, 1, False) for p in range(size - len(rows))]
+            decode(rows)
+        times.append((time.perf_counter() - t) * 1000)
+    print(f"repack={args.repack} tiled={args.tiled} shapes={args.shapes}: "
+          f"{differed}/{args.trials - 1} layouts differ (largest logit gap {worst:.3g}); "
+          f"384-token read in {size}-row pieces {min(times):.0f} ms (load {os.getloadavg()[0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
