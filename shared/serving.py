@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from shared.messages import prefix_key
+from shared.model_files import file_sha256
 from shared.profiles import Profile, preamble_tokens
 
 Tokenize = Callable[..., list[int]]  # tokenize(text, add_bos=...) -> ids
@@ -28,7 +29,7 @@ def serving_facts(*, profile: Profile, model_sha256: str, mode: str, tokenize: T
         "model_sha256": model_sha256,
         "profile": f"{profile.name}:{hashlib.sha256(profile.source.read_bytes()).hexdigest()[:16]}",
         "mode": mode,
-        "head": hashlib.sha256(Path(profile.head).read_bytes()).hexdigest()[:16] if profile.head else "none",
+        "head": file_sha256(Path(profile.head))[:16] if profile.head else "none",
         "tokens": prefix_key(probe),
     }
 

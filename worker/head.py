@@ -88,11 +88,9 @@ class Readout:
             raise ValueError("the head reads token ids outside this model's vocabulary")
 
     def margin(self, job: Job, suffix: int, logits) -> float:
-        if self.head is None and self.capture is None:  # the plain path reads two or four columns
-            return logsumexp([logits[t] for t in job.yes_ids]) - logsumexp([logits[t] for t in job.no_ids])
-        row = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
         if self.capture is not None:
-            job.features[suffix] = row[self.capture].copy()
+            job.features[suffix] = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))[self.capture].copy()
         if self.head is not None:
-            return self.head.logit(row)
-        return logsumexp([float(row[t]) for t in job.yes_ids]) - logsumexp([float(row[t]) for t in job.no_ids])
+            return self.head.logit(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)))
+        # the plain margin reads two or four columns straight from llama.cpp's row
+        return logsumexp([logits[t] for t in job.yes_ids]) - logsumexp([logits[t] for t in job.no_ids])

@@ -68,9 +68,6 @@ class WorkerProcess:
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
         self.threads = settings.threads or len(self.cores)
-        # what this worker answers with: the model file, the mode, and the learned head if any
-        head = f":head-{file_sha256(Path(self.profile.head))[:16]}" if self.profile.head else ""
-        self.fingerprint = f"{self.profile.name}:{self.model_sha256[:16]}:{settings.mode}{head}"
         self.engine: Engine | None = None  # built by the model thread
         self.scheduler: Scheduler | None = None
         self.serves: dict[str, str] = {}  # shared/serving.py, computed by the model thread
@@ -84,7 +81,7 @@ class WorkerProcess:
             cores=self.cores,
             model=self.profile.name,
             model_sha256=self.model_sha256,
-            fingerprint=self.fingerprint,
+            fingerprint=f"{self.profile.name}:{self.model_sha256[:16]}:{self.settings.mode}",  # a label; serves decides
             queued_tokens=tokens,
             queued_requests=requests,
             snapshot_keys=list(self.engine.cache.keys),
