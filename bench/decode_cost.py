@@ -64,7 +64,7 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
     profile, items = model()[0], workloads.load("W1")
     out = {}
     for ctx, snapshot_tokens in CACHES:
-        engine = new_engine(mode=mode, ctx=ctx, cache_tokens=snapshot_tokens)
+        engine = new_engine(mode=mode, ctx=ctx, state_cache_tokens=snapshot_tokens)
         inner, decode_ms = engine._read, [0.0]
 
         def timed(items, on_logits):
@@ -90,7 +90,7 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
 def other_thread(mode: str, reps: int) -> tuple[float, float]:
     """(load thread, another thread) medians of W1 requests, at the default ctx and cache."""
     profile, items = model()[0], workloads.load("W1")[: reps + WARM_RUNS]
-    engine = new_engine(mode=mode, ctx=8192, cache_tokens=8192)
+    engine = new_engine(mode=mode, ctx=8192, state_cache_tokens=8192)
 
     def median_run() -> float:
         runs = []

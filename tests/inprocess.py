@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import SERVER_OPTIONS, create_app
 from gateway.fleet import Fleet
-from shared.config import Settings
+from shared.config import default_settings
 from shared.profiles import Profile, load_profile, preamble_tokens
 from tests.fake_worker import FakeWorker
 
@@ -49,8 +49,8 @@ class InProcessGateway:
     """One gateway and one scripted worker, started on construction; `url` as a Fleet has it."""
 
     def __init__(self, run_dir: Path, *, api_key: str = "") -> None:
-        self.settings = Settings(workers=1, run_dir=str(run_dir), endpoint=f"ipc://{run_dir}/w.ipc", heartbeat_s=0.05,
-                                 dead_after_s=1.0, profile=PROFILE)
+        self.settings = default_settings(workers=1, run_dir=str(run_dir), endpoint=f"ipc://{run_dir}/w.ipc",
+                                         heartbeat_s=0.05, dead_after_s=1.0, profile=PROFILE)
         self.api_key = api_key
         self.model_file = run_dir / "model.gguf"  # /health reports its SHA-256; nothing reads it as a model
         self.model_file.write_bytes(b"GGUF stand-in")

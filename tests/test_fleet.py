@@ -11,7 +11,7 @@ import pytest
 import zmq.asyncio
 
 from gateway.fleet import Fleet, Unavailable
-from shared.config import Settings
+from shared.config import Settings, default_settings
 from shared.messages import Cancel, Drain, Error, Score, prefix_key
 from tests.fake_worker import FakeWorker
 
@@ -20,7 +20,7 @@ PREFIX = [2, 10, 11, 12]
 
 def settings(tmp_path, **changes) -> Settings:
     base = dict(endpoint=f"ipc://{tmp_path}/fleet.ipc", heartbeat_s=0.05, dead_after_s=0.3)
-    return Settings(**{**base, **changes})
+    return default_settings(**{**base, **changes})
 
 
 def score(rid: str, prefix: list[int] = PREFIX, deadline_s: float = 10.0) -> Score:

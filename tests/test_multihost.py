@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from jevfleet.haproxy import render_haproxy_conf
-from shared.config import load_settings
+from shared.config import default_settings
 from shared.curve import make_keys
 from tests import netns
 from tests.fleet import ROOT, http
@@ -225,7 +225,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
                 *curve_worker(0), core=0)
     hosts.serve("c", "c", "--workers", "1", *gateway_http, core=1)
     hosts.serve("d", "d", "--role", "workers", "--workers", "1", "--endpoint", ENDPOINT_B, *curve_worker(1), core=1)
-    settings = load_settings({"deadline_s": 20}, environ={})
+    settings = default_settings(deadline_s=20)
     gateways = [f"{HOSTS[h]}:{HTTP_PORT}" for h in "bc"]
     for lb, retry in ((LB_RETRY, True), (LB_PLAIN, False)):
         conf = tmp_path / f"haproxy-{lb}.cfg"

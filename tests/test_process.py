@@ -17,7 +17,7 @@ from tests.fleet import ROOT
 WORKER = """
 import sys, time
 import worker.process as wp
-from shared.config import load_settings
+from shared.config import default_settings
 
 class NoCache:
     keys = ()
@@ -43,8 +43,7 @@ wp.build_engine = lambda *args: SlowEngine()
 wp.resolve_model = lambda *args: None
 wp.file_sha256 = lambda path: "0" * 64
 wp.startup_warmup = lambda *args: None
-settings = load_settings({"endpoint": sys.argv[1], "heartbeat_s": 0.1, "cores_per_worker": 1, "warmup": 0},
-                         environ={})
+settings = default_settings(endpoint=sys.argv[1], heartbeat_s=0.1, cores_per_worker=1, warmup=0)
 sys.exit(wp.run_worker_process(settings, index=0, worker_id="fake"))
 """
 

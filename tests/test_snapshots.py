@@ -13,7 +13,7 @@ from shared.messages import prefix_key
 from tests.fake_cells import FakeCells, OutOfOrder, run_batch
 from tests.fleet import post_json
 from tests.kv_layout import in_position_order
-from tests.model import default_model, make_job, pinned_engine
+from tests.model import fresh_engine, make_job, pinned_engine
 from worker.engine import Engine
 from worker.snapshots import SnapshotCache, common_prefix
 
@@ -175,8 +175,7 @@ QUESTIONS = ["Is the parcel late?", "Has the customer paid?"]
 @pytest.fixture(scope="module")
 def fresh() -> Engine:
     """No snapshots at all: every prompt is read from its first token."""
-    _, path = default_model()
-    engine = Engine(path, ctx=1024, threads=2, state_cache=0)
+    engine = fresh_engine(ctx=1024, state_cache=0)
     yield engine
     engine.close()
 

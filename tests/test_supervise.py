@@ -12,12 +12,12 @@ import sys
 import pytest
 
 from jevfleet.supervise import render_supervisord_conf, serve
-from shared.config import load_settings
+from shared.config import default_settings
 from tests.fleet import ROOT, Fleet, free_port
 
 
 def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
-    settings = load_settings({"workers": 3, "run_dir": str(tmp_path)}, environ={})
+    settings = default_settings(workers=3, run_dir=str(tmp_path))
     conf = configparser.RawConfigParser()
     conf.read_string(render_supervisord_conf(settings))
     worker = conf["program:worker"]
@@ -33,7 +33,7 @@ def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
 @pytest.mark.parametrize("role, programs", [("all", {"gateway", "worker"}), ("gateway", {"gateway"}),
                                             ("workers", {"worker"})])
 def test_each_role_runs_its_programs_under_the_same_rules(tmp_path, role, programs):
-    settings = load_settings({"role": role, "workers": 2, "run_dir": str(tmp_path)}, environ={})
+    settings = default_settings(role=role, workers=2, run_dir=str(tmp_path))
     conf = configparser.RawConfigParser()
     conf.read_string(render_supervisord_conf(settings))
     assert {s.removeprefix("program:") for s in conf.sections() if s.startswith("program:")} == programs
@@ -43,7 +43,7 @@ def test_each_role_runs_its_programs_under_the_same_rules(tmp_path, role, progra
 
 
 def test_a_workers_role_without_a_gateway_endpoint_is_refused(tmp_path, capsys):
-    assert serve(load_settings({"role": "workers", "run_dir": str(tmp_path)}, environ={})) == 2
+    assert serve(default_settings(role="workers", run_dir=str(tmp_path))) == 2
     assert "--endpoint" in capsys.readouterr().err
 
 

@@ -21,15 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from shared.llama import llama, load_model, set_abort_callback, tokenize
+from shared.config import Settings
+from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
 from worker.head import Head, Readout
 from worker.pieces import piece_sizes
 from worker.snapshots import SnapshotCache
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
-N_WORK = 64  # working sequences: request prefixes, their suffixes, and one scratch sequence
-MAX_SEQ = 256  # LLAMA_MAX_SEQ of llama.cpp
 
 
 @dataclass
@@ -50,15 +49,18 @@ class Engine:
         self,
         model_path: Path,
         *,
-        ctx: int = 8192,
-        batch_tokens: int = 384,
-        threads: int = 2,
-        deterministic: bool = True,
-        state_cache: int = 16,
-        state_cache_tokens: int = 8192,
-        extra_cells: int = 0,
+        ctx: int,
+        batch_tokens: int,
+        threads: int,
+        deterministic: bool,
+        state_cache: int,
+        state_cache_tokens: int,
         head: Head | None = None,
     ) -> None:
+        """The sizes are the settings of the same names (Engine.from_settings); head: a learned
+        readout (worker/head.py) instead of the yes−no margin."""
+        if not 0 <= state_cache <= MAX_STATE_CACHE:  # checked before a model is loaded for nothing
+            raise ValueError(f"state_cache must be 0..{MAX_STATE_CACHE}, not {state_cache}")
         lib = llama()
         self.deterministic = deterministic
         self.ctx = ctx
@@ -66,14 +68,11 @@ class Engine:
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.readout = Readout(self.n_vocab, head)  # margin per suffix: yes−no, or the learned head
-        state_cache = max(0, state_cache)
         self.n_seq_max = N_WORK + state_cache
-        if self.n_seq_max > MAX_SEQ:
-            raise ValueError(f"state_cache may be at most {MAX_SEQ - N_WORK}")
         # Cells: the snapshots, plus what one batch reads (its prefixes, or one long request)
         # and one wave of suffixes, plus a read's padding rows (fewer than 8).
         snapshot_cells = state_cache_tokens if state_cache else 0
-        cells = ctx + batch_tokens + WAVE_TOKENS + N_WORK + snapshot_cells + extra_cells
+        cells = ctx + batch_tokens + WAVE_TOKENS + N_WORK + snapshot_cells
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = -(-cells // 256) * 256
         cparams.n_batch = UBATCH if deterministic else 512
@@ -100,6 +99,13 @@ class Engine:
         self.seen_shapes: set[int] = set()  # rows per llama_decode so far (idle warmup)
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model))
+
+    @classmethod
+    def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None) -> Engine:
+        """The engine the settings describe: how workers, `decide`, the tests and benches build one."""
+        return cls(model_path, ctx=settings.ctx, batch_tokens=settings.batch_tokens, threads=threads,
+                   deterministic=settings.mode == "deterministic", state_cache=settings.state_cache,
+                   state_cache_tokens=settings.state_cache_tokens, head=head)
 
     def close(self) -> None:
         """Free the context and the model (a process that exits need not call this)."""

@@ -43,16 +43,8 @@ EXIT_FLUSH_S = 2.0  # at exit, how long held answers wait for a gateway that is 
 def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int) -> Engine:
     """The engine as settings describe it, with the profile's preamble pinned in the snapshot
     cache (every prompt starts with it). Shared with the offline `decide` command."""
-    engine = Engine(
-        model_path,
-        ctx=settings.ctx,
-        batch_tokens=settings.batch_tokens,
-        threads=threads,
-        deterministic=settings.mode == "deterministic",
-        state_cache=settings.state_cache,
-        state_cache_tokens=settings.state_cache_tokens,
-        head=load_head(Path(profile.head)) if profile.head else None,
-    )
+    engine = Engine.from_settings(model_path, settings, threads=threads,
+                                  head=load_head(Path(profile.head)) if profile.head else None)
     engine.pin(preamble_tokens(engine.tokenize, profile))
     return engine
 
