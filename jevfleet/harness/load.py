@@ -97,4 +97,3 @@ def rss_kb(pid: int) -> int:
 def program_pid(fleet: Fleet, name: str) -> int:
     """The pid of supervisord's program `name` (gateway, worker:worker_00, ...)."""
     return int(fleet.supervisorctl("pid", name).strip())
-
