@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from bench.engine import median_ms, model, new_engine
-from gateway.metrics import SERVER_TIMING_ENTRY
+from jevfleet.harness.fleet import start_fleet
+from jevfleet.harness.net import post_json, server_timing
 from loadtest import workloads
-from tests.fleet import post_json, start_fleet
 from worker.warmup import make_job
 
 SHAPES = ((2,), (16,), (48,), (16, 16, 16))
@@ -125,8 +125,7 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
                 status, headers, body = post_json(fleet.url + "/v1/systemone", workloads.decision_body(item))
                 walls.append((time.perf_counter() - start) * 1000)
                 assert status == 200, body
-                phases = dict(SERVER_TIMING_ENTRY.findall(headers["Server-Timing"]))
-                inference.append(float(phases["inference"]))
+                inference.append(server_timing(headers)["inference"])
         finally:
             fleet.stop()
     return statistics.median(walls[WARM_RUNS:]), statistics.median(inference[WARM_RUNS:])

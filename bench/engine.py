@@ -25,10 +25,10 @@ from typing import Any, Callable
 import psutil
 
 from gateway.answers import sigmoid
-from shared.config import load_settings, replace
+from jevfleet.harness.engine import model_of, new_engine as harness_engine
+from shared.config import load_settings
 from shared.messages import Result
-from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile, preamble_tokens
+from shared.profiles import Profile
 from worker.engine import Engine, Job
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IdleWarmup, make_job, startup_warmup
@@ -38,20 +38,14 @@ Row = tuple[str, str, str]  # (part, what, figure)
 
 
 def model() -> tuple[Profile, Path]:
-    settings = load_settings()
-    profile = load_profile(settings.profile)
-    return profile, resolve_model(profile, settings.cache_path, settings.model)
+    """The configured profile and GGUF (conf file and JEV_* environment)."""
+    return model_of(load_settings())
 
 
 def new_engine(*, ctx: int = 2048, pin: bool = True, **changes: Any) -> Engine:
-    """An engine as a worker builds it from the settings with `changes` (mode, state_cache ...),
-    threads as one worker of the default fleet."""
-    settings = replace(load_settings(), ctx=ctx, **changes)
-    profile, path = model()
-    engine = Engine.from_settings(path, settings, threads=settings.threads or settings.cores_per_worker)
-    if pin:
-        engine.pin(preamble_tokens(engine.tokenize, profile))
-    return engine
+    """An engine as a worker builds it from the configured settings with this benchmark's ctx and
+    `changes` (mode, state_cache ...), threads as one worker of the default fleet."""
+    return harness_engine(load_settings(), ctx=ctx, pin_preamble=pin, **changes)
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.fleet import start_fleet
-from tests.load import decision, percentile, program_pid, rss_kb, states
+from jevfleet.harness.fleet import start_fleet
+from jevfleet.harness.load import decision, program_pid, rss_kb, states
+from jevfleet.harness.stats import percentile
 
 PATH = "/v1/systemone"
 

@@ -18,9 +18,9 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import SERVER_OPTIONS, create_app
 from gateway.fleet import Fleet
+from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import default_settings
 from shared.profiles import Profile, load_profile, preamble_tokens
-from tests.fake_worker import FakeWorker
 
 PROFILE = "gemma-3-270m"  # pinned: the tests' expected bodies name it
 BOS, YES, NO = 256, 257, 258
@@ -71,7 +71,7 @@ class InProcessGateway:
         self.server = TestServer(app, host="127.0.0.1")
         await self.server.start_server(**SERVER_OPTIONS)  # as run_gateway_process serves it
         self.zctx = zmq.asyncio.Context()
-        self.worker = await FakeWorker(self.zctx, self.settings.zmq_endpoint, "inprocess/w0").start()
+        self.worker = await ScriptedWorker(self.zctx, self.settings.zmq_endpoint, "inprocess/w0").start()
         self.answering = asyncio.create_task(self.worker.answer_every_score())
         async with asyncio.timeout(10):
             while not any(w.up for w in self.fleet.workers.values()):

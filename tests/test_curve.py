@@ -9,10 +9,10 @@ import pytest
 import zmq.asyncio
 
 from gateway.fleet import Fleet
-from shared.config import Settings, default_settings
+from jevfleet.harness.net import free_port
+from jevfleet.harness.scripted_worker import ScriptedWorker
+from shared.config import PROJECT_ROOT, Settings, default_settings
 from shared.curve import CurveError, gateway_keys, is_local, make_keys, worker_keys
-from tests.fake_worker import FakeWorker
-from tests.fleet import ROOT, free_port
 
 
 @pytest.mark.parametrize("endpoint, local", [
@@ -36,7 +36,7 @@ def test_a_remote_endpoint_without_keys_is_refused_and_names_the_flags():
 
 def test_a_worker_without_keys_exits_non_zero_before_loading_the_model():
     out = subprocess.run([sys.executable, "-m", "jevfleet", "worker", "--endpoint", "tcp://10.1.2.3:5555"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+                         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "CURVE keys are required" in out.stderr
 
 
@@ -56,9 +56,9 @@ def test_only_workers_with_an_accepted_key_can_join(tmp_path):
         fleet = Fleet(gw)
         await fleet.start()
         ctx = zmq.asyncio.Context()
-        workers = [FakeWorker(ctx, endpoint, "known", keys=worker_keys(client("keys"))),
-                   FakeWorker(ctx, endpoint, "stranger", keys=worker_keys(client("stranger"))),
-                   FakeWorker(ctx, endpoint, "plain")]
+        workers = [ScriptedWorker(ctx, endpoint, "known", keys=worker_keys(client("keys"))),
+                   ScriptedWorker(ctx, endpoint, "stranger", keys=worker_keys(client("stranger"))),
+                   ScriptedWorker(ctx, endpoint, "plain")]
         try:
             for w in workers:
                 await w.start()

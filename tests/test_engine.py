@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from jevfleet.harness.engine import make_job, new_engine
 from shared.messages import prefix_key
-from tests.model import make_job, pinned_engine
 from worker.engine import Engine, Job
 
 pytestmark = pytest.mark.model
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.model
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    engine = pinned_engine(ctx=2048, state_cache=4, state_cache_tokens=2048)
+    engine = new_engine(ctx=2048, state_cache=4, state_cache_tokens=2048)
     yield engine
     engine.close()
 

@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.membership import WorkerState
 from gateway.metrics import Metrics
 from gateway.routing import PrefixMemory
-from tests.fleet import Fleet, http, post_json
+from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.net import http, post_json
 
 
 def families(text: str) -> dict:

@@ -32,11 +32,12 @@ from pathlib import Path
 import pytest
 
 from jevfleet.haproxy import render_haproxy_conf
-from shared.config import default_settings
+from jevfleet.harness.load import Outcome, by_id, decision, post, states
+from jevfleet.harness.net import http
+from jevfleet.harness.processes import stop_processes, wait_until
+from shared.config import PROJECT_ROOT, default_settings
 from shared.curve import make_keys
 from tests import netns
-from tests.fleet import ROOT, http
-from tests.load import Outcome, by_id, decision, post, states
 
 pytestmark = [pytest.mark.fleet, pytest.mark.multihost]
 
@@ -60,16 +61,6 @@ def veth(host: str) -> str:
     return f"jmh{TAG}{host}"  # the host's end; its bridge port in A is this + "p" (<= 15 chars)
 
 
-def wait_until(predicate, what: str, timeout: float = 120, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise TimeoutError(f"not {what} after {timeout}s")
-
-
 @dataclass
 class Hosts:
     tmp: Path
@@ -80,7 +71,7 @@ class Hosts:
         pin = f"taskset -c {core} " if core is not None else ""
         shell = f"hostname host{host} && exec {pin}" + shlex.join(cmd)
         self.procs[name] = subprocess.Popen(netns.exec_in(ns(host), "unshare", "--uts", "sh", "-c", shell),
-                                            cwd=ROOT, stdout=open(self.tmp / f"{name}.out", "w"),
+                                            cwd=PROJECT_ROOT, stdout=open(self.tmp / f"{name}.out", "w"),
                                             stderr=subprocess.STDOUT)
 
     def serve(self, name: str, host: str, *args: str, core: int) -> None:
@@ -118,15 +109,7 @@ class Hosts:
         return "".join(f"\n--- {p.relative_to(self.tmp)}\n{p.read_text()[-1500:]}" for p in files)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs.values(), timeout=60)
 
 
 @pytest.fixture

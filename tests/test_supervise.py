@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
+from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.net import free_port
 from jevfleet.supervise import render_supervisord_conf, serve
-from shared.config import default_settings
-from tests.fleet import ROOT, Fleet, free_port
+from shared.config import PROJECT_ROOT, default_settings
 
 
 def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
@@ -26,7 +27,7 @@ def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
     assert worker["autorestart"] == "unexpected" and worker["exitcodes"] == "0"
     assert int(worker["stopwaitsecs"]) > settings.deadline_s
     assert conf["program:gateway"]["command"].endswith("-m jevfleet gateway")
-    assert conf["program:gateway"]["directory"] == str(ROOT) == worker["directory"]
+    assert conf["program:gateway"]["directory"] == str(PROJECT_ROOT) == worker["directory"]
     assert str(tmp_path) in conf["supervisord"]["logfile"]  # logs in the run dir, not the repo
 
 
@@ -66,7 +67,7 @@ def test_fleet_stops_when_the_process_that_started_it_is_terminated(tmp_path):
              "--run-dir", str(tmp_path)]
     # A stand-in for make: a parent that starts serve and is then killed on its own.
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run({serve!r})"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     fleet = Fleet(port=port, run_dir=tmp_path, proc=parent)
     try:
         health = fleet.wait_for(lambda h: h.get("status") == "ready", "ready")

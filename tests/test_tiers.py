@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from gateway.tokenizer import Tokenizer
+from jevfleet.harness.fleet import start_fleet
 from shared.config import default_settings, load_settings
 from shared.profiles import load_profile
 from tests import tiers
-from tests.fleet import start_fleet
 from worker.engine import Engine
 
 
