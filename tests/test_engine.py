@@ -38,6 +38,24 @@ def test_answer_is_bit_identical_alone_and_batched_with_others(engine):
     assert again.margins == alone.margins
 
 
+def test_prefix_and_suffixes_read_in_one_stream_or_one_after_the_other_agree(engine):
+    """Alone, a request's prefix and suffixes share llama_decode calls (Engine.run); with a batch
+    mate that copies the same prefix, the prefix is read first. Both must answer alike, and the
+    one-stream read must save its decode."""
+    state, qs = "The refund was sent twice by mistake.", ["Was money sent twice?", "Is it a mistake?"]
+    one_stream = make_job(engine, state, qs)
+    before = engine.decode_calls
+    engine.run([one_stream])
+    decodes = engine.decode_calls - before
+    twice = [make_job(engine, state, qs), make_job(engine, state, qs[:1])]
+    engine.run(twice)
+    assert one_stream.margins == twice[0].margins and one_stream.margins[:1] == twice[1].margins
+    prefix_read = len(one_stream.prefix) - one_stream.reused
+    suffix_read = sum(map(len, one_stream.suffixes))
+    one_after_the_other = len(engine.decode_shapes(prefix_read)) + len(engine.decode_shapes(suffix_read))
+    assert decodes == len(engine.decode_shapes(prefix_read + suffix_read)) < one_after_the_other
+
+
 def test_same_request_twice_gives_the_same_answer(engine):
     a = make_job(engine, "The invoice is overdue.", ["Is the invoice overdue?"])
     b = make_job(engine, "The invoice is overdue.", ["Is the invoice overdue?"])

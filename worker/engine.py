@@ -95,8 +95,9 @@ class Engine:
         self.scratch = N_WORK - 1  # padding rows; warm calls
         self.max_batch_requests = (N_WORK - 1) // 2  # the other half holds suffixes
         self.mem = lib.llama_get_memory(self.ctx_ptr)
-        self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        self.batch = lib.llama_batch_init(self.n_batch, 0, N_WORK)  # a prefix token: up to N_WORK sequences
         self.seen_shapes: set[int] = set()  # rows per llama_decode so far (idle warmup)
+        self.decode_calls = 0  # llama_decode calls that read requests
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model))
 
@@ -149,29 +150,31 @@ class Engine:
             return piece_sizes(max(1, n_tokens), UBATCH)
         return [min(self.n_batch, n_tokens - i) for i in range(0, n_tokens, self.n_batch)]
 
-    def _read(self, items: list[tuple[int, int, list[int], int | None]], on_logits) -> int:
-        """Decode every item's tokens at their positions; for items with a job index, call
-        on_logits(job_index, logits_ptr) once its last token is decoded. Returns tokens read."""
+    def _read(self, items: list[tuple[tuple[int, ...], int, list[int], int | None]], on_logits) -> int:
+        """Decode every item's tokens at their positions, each token in every sequence of the
+        item's `seqs`; for items with a job index, call on_logits(job_index, logits_ptr) once its
+        last token is decoded. Returns tokens read."""
         lib = llama()
-        stream: list[tuple[int, int, int, int | None]] = []  # token, pos, seq, job|None
-        for seq, start, tokens, job in items:
+        stream: list[tuple[int, int, tuple[int, ...], int | None]] = []  # token, pos, seqs, job|None
+        for seqs, start, tokens, job in items:
             for i, tok in enumerate(tokens):
                 last = job if (job is not None and i == len(tokens) - 1) else None
-                stream.append((tok, start + i, seq, last))
+                stream.append((tok, start + i, seqs, last))
         if not stream:
             return 0
         shapes = self.decode_shapes(len(stream))
         padded = sum(shapes) - len(stream)  # throwaway rows that fill the last piece
-        stream += [(stream[0][0], pos, self.scratch, None) for pos in range(padded)]
+        stream += [(stream[0][0], pos, (self.scratch,), None) for pos in range(padded)]
         at = 0
         b = self.batch
         for size in shapes:
             outputs: list[tuple[int, int]] = []
-            for row, (tok, pos, seq, job) in enumerate(stream[at : at + size]):
+            for row, (tok, pos, seqs, job) in enumerate(stream[at : at + size]):
                 b.token[row] = tok
                 b.pos[row] = pos
-                b.n_seq_id[row] = 1
-                b.seq_id[row][0] = seq
+                b.n_seq_id[row] = len(seqs)
+                for n, seq in enumerate(seqs):
+                    b.seq_id[row][n] = seq
                 b.logits[row] = job is not None
                 if job is not None:
                     outputs.append((job, row))
@@ -180,6 +183,7 @@ class Engine:
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc}")
             self.seen_shapes.add(size)
+            self.decode_calls += 1
             for job, row in outputs:
                 on_logits(job, lib.llama_get_logits_ith(self.ctx_ptr, row))
             at += size
@@ -194,19 +198,34 @@ class Engine:
         return prefix + sum(len(s) for s in job.suffixes)
 
     def run(self, jobs: list[Job], *, warm: bool = False) -> int:
-        """Answer every job (fills job.margins and job.reused). Returns the number of tokens
-        read. A warm run (warmup) leaves no snapshot behind and is not counted."""
+        """Answer every job (fills job.margins and job.reused); returns the tokens read. A warm
+        run (warmup) leaves no snapshot behind. Prefixes and the first wave of suffixes are read
+        in one stream, each prefix token also in the sequences of that wave's suffixes of it: a
+        decode fewer per batch (W1: 48 rows instead of 36 + 12). Only when a batch mate copies
+        another's prefix (plan.copies) are the prefixes read first."""
         if len(jobs) > self.max_batch_requests:
             raise ValueError("more requests in one batch than sequences")
         work = list(range(len(jobs)))
+        for job in jobs:
+            job.margins = [math.nan] * len(job.suffixes)
+        waves = self._waves(jobs)
         try:
             plan = self.cache.begin([job.prefix for job in jobs], work, warm=warm)
-            read = self._read([(seq, start, tokens, None) for seq, start, tokens in plan.reads], None)
+            first = waves.pop(0) if waves and not plan.copies else []
+            sharing: dict[int, tuple[int, ...]] = {}
+            for seq, j, _ in first:
+                self.copy(j, seq, len(jobs[j].prefix))  # the cells it has before its read: preamble, snapshot
+                sharing[j] = sharing.get(j, ()) + (seq,)
+            reads = [((seq, *sharing.get(seq, ())), start, tokens, None) for seq, start, tokens in plan.reads]
+            read = self._read_wave(jobs, first, reads)
             for src, dst, n in plan.copies:
                 self.copy(src, dst, n)
             for job, reused in zip(jobs, plan.reused):
                 job.reused = reused
-            read += self._read_suffixes(jobs)
+            for wave in waves:
+                for seq, j, _ in wave:
+                    self.copy(j, seq, len(jobs[j].prefix))
+                read += self._read_wave(jobs, wave)
             self.cache.end(plan)
         except BaseException:
             for seq in range(N_WORK):
@@ -217,32 +236,33 @@ class Engine:
             self.remove(seq)
         return read
 
-    def _read_suffixes(self, jobs: list[Job]) -> int:
-        """Every suffix continues its prefix in a sequence of its own; they run in waves
-        bounded by free sequences and WAVE_TOKENS so the cache never overflows."""
+    def _waves(self, jobs: list[Job]) -> list[list[tuple[int, int, int]]]:
+        """Every suffix continues its prefix in a sequence of its own, (seq, job, suffix); they
+        run in waves bounded by free sequences and WAVE_TOKENS so the cache never overflows."""
         pending = [(j, s) for j, job in enumerate(jobs) for s in range(len(job.suffixes))]
-        for job in jobs:
-            job.margins = [math.nan] * len(job.suffixes)
         free_seqs = list(range(len(jobs), self.scratch))
-        read = 0
+        waves = []
         while pending:
             wave, tokens = [], 0
             while pending and len(wave) < len(free_seqs) and (not wave or tokens < WAVE_TOKENS):
                 j, s = pending.pop(0)
                 wave.append((free_seqs[len(wave)], j, s))
                 tokens += len(jobs[j].suffixes[s])
-            items = []
-            for k, (seq, j, s) in enumerate(wave):
-                self.copy(j, seq, len(jobs[j].prefix))
-                items.append((seq, len(jobs[j].prefix), jobs[j].suffixes[s], k))
+            waves.append(wave)
+        return waves
 
-            def take(k: int, logits) -> None:
-                _, j, s = wave[k]
-                jobs[j].margins[s] = self.readout.margin(jobs[j], s, logits)
+    def _read_wave(self, jobs: list[Job], wave: list[tuple[int, int, int]], before: list | None = None) -> int:
+        """Read `before` (prefix reads) and then the wave's suffixes, taking each suffix's margin;
+        the wave's sequences are removed afterwards."""
+        items = [((seq,), len(jobs[j].prefix), jobs[j].suffixes[s], k) for k, (seq, j, s) in enumerate(wave)]
 
-            read += self._read(items, take)
-            for seq, _, _ in wave:
-                self.remove(seq)
+        def take(k: int, logits) -> None:
+            _, j, s = wave[k]
+            jobs[j].margins[s] = self.readout.margin(jobs[j], s, logits)
+
+        read = self._read((before or []) + items, take)
+        for seq, _, _ in wave:
+            self.remove(seq)
         return read
 
     # --- snapshots and warmup -----------------------------------------------------------
@@ -251,7 +271,7 @@ class Engine:
         loading, so the preamble's cells are the lowest and never need to move."""
         if not self.cache.enabled or len(tokens) < self.cache.min_tokens:
             return
-        self._read([(0, 0, tokens, None)], None)
+        self._read([((0,), 0, tokens, None)], None)
         self.cache.pin(tokens, 0)
         self.remove(0)
         seq = self.cache.entries[0].seq
