@@ -24,7 +24,7 @@ from typing import Any, Callable
 from shared.config import Settings
 from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
 from worker.head import Head, Readout
-from worker.pieces import piece_sizes
+from worker.pieces import piece_sizes, suffix_waves
 from worker.snapshots import SnapshotCache
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
@@ -208,7 +208,8 @@ class Engine:
         work = list(range(len(jobs)))
         for job in jobs:
             job.margins = [math.nan] * len(job.suffixes)
-        waves = self._waves(jobs)
+        waves = suffix_waves([[len(x) for x in job.suffixes] for job in jobs], range(len(jobs), self.scratch),
+                             WAVE_TOKENS)
         try:
             plan = self.cache.begin([job.prefix for job in jobs], work, warm=warm)
             first = waves.pop(0) if waves and not plan.copies else []
@@ -235,21 +236,6 @@ class Engine:
         for seq in work:
             self.remove(seq)
         return read
-
-    def _waves(self, jobs: list[Job]) -> list[list[tuple[int, int, int]]]:
-        """Every suffix continues its prefix in a sequence of its own, (seq, job, suffix); they
-        run in waves bounded by free sequences and WAVE_TOKENS so the cache never overflows."""
-        pending = [(j, s) for j, job in enumerate(jobs) for s in range(len(job.suffixes))]
-        free_seqs = list(range(len(jobs), self.scratch))
-        waves = []
-        while pending:
-            wave, tokens = [], 0
-            while pending and len(wave) < len(free_seqs) and (not wave or tokens < WAVE_TOKENS):
-                j, s = pending.pop(0)
-                wave.append((free_seqs[len(wave)], j, s))
-                tokens += len(jobs[j].suffixes[s])
-            waves.append(wave)
-        return waves
 
     def _read_wave(self, jobs: list[Job], wave: list[tuple[int, int, int]], before: list | None = None) -> int:
         """Read `before` (prefix reads) and then the wave's suffixes, taking each suffix's margin;
