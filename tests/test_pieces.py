@@ -29,4 +29,4 @@ def test_suffix_waves_take_every_suffix_once_within_sequences_and_tokens():
         assert len(wave) <= 10
         tokens = [lengths[j][s] for _, j, s in wave]
         assert sum(tokens[:-1]) < 100  # a wave closes once it holds wave_tokens (its last may cross)
-    assert any(len(w) == 1 and lengths[w[0][1]][w[0][2]] == 500 for w in waves)  # too long alone still goes
+    assert suffix_waves([[500], [500]], range(5, 9), wave_tokens=100) == [[(5, 0, 0)], [(5, 1, 0)]]  # too long: alone
