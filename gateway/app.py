@@ -7,6 +7,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import msgspec
 from aiohttp import hdrs, web
 
 from gateway import pipeline
@@ -23,10 +24,10 @@ from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
 from shared.config import Settings
 from shared.llama import tokenize
-from shared.messages import Score
+from shared.messages import Score, SnapshotStats
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile
-from shared.serving import serving_facts
+from shared.serving import fingerprint, serving_facts
 
 log = logging.getLogger("jevfleet.gateway")
 
@@ -144,23 +145,23 @@ async def health(request: web.Request) -> web.Response:
     workers = list(fleet.workers.values())
     up = [w for w in workers if w.up]
     status = "ready" if len(up) >= settings.worker_count else "degraded" if up else "starting"
-    snapshots = {w.worker_id: w.stats.get("state_snapshots", {}) for w in up}
-    counters = sorted({k for s in snapshots.values() for k in s})
+    snapshots = {w.worker_id: w.stats.state_snapshots for w in up}
     engine = {
-        "batched_requests": sum(int(w.stats.get("batched_requests", 0)) for w in up),
+        "batched_requests": sum(w.stats.batched_requests for w in up),
         # counters summed over live workers, and each worker's own under "workers"
-        "state_snapshots": {**{k: sum(int(s.get(k, 0)) for s in snapshots.values()) for k in counters},
-                            "workers": snapshots},
+        "state_snapshots": {**{name: sum(getattr(s, name) for s in snapshots.values())
+                               for name in SnapshotStats.__struct_fields__},
+                            "workers": msgspec.to_builtins(snapshots)},
     }
     files = [app[MODEL_FILE]] + ([Path(app[PROFILE].head)] if app[PROFILE].head else [])  # GGUF (+ learned head)
-    fingerprints = sorted({w.fingerprint for w in up})
+    serves = fleet.admission.expected  # every member serves exactly this (gateway/admission.py)
     body = {
         "status": status,
         "model": app[PROFILE].name,
         "workers": [w.describe() for w in workers],
         "engine": engine,
         "model_files": {path.name: file_sha256(path) for path in files},
-        "fingerprint": fingerprints[0] if len(fingerprints) == 1 else fingerprints,
+        "fingerprint": fingerprint(serves) if serves else None,
         "fleet": fleet.describe(),
         "refused_workers": fleet.admission.describe(forget_after_s=settings.dead_after_s),
     }

@@ -22,7 +22,7 @@ from typing import KeysView, Literal
 from gateway.capacity import Limits, fits, retry_after_s
 from gateway.membership import Membership, WorkerState
 from gateway.routing import Work, choose
-from shared.messages import Cancel, Error, Result, Score, prefix_key
+from shared.messages import Cancel, Error, ErrorCode, Result, Score, prefix_key
 
 log = logging.getLogger("jevfleet.fleet")
 
@@ -45,7 +45,7 @@ class Unavailable(Exception):
 class WorkerFailed(Exception):
     """The worker could not answer the request (an engine fault)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -263,11 +263,11 @@ class Placement:
                 log.info("request %s re-served %.0f ms after its worker was lost", msg.request_id,
                          (time.monotonic() - item.lost_at) * 1000)
             item.future.set_result(msg)
-        elif msg.code == "draining":  # it reached a worker that had started to drain
+        elif msg.code == ErrorCode.DRAINING:  # it reached a worker that had started to drain
             if owner is not None:
                 item.tried.append(owner)
             self._place(item)
-        elif msg.code in ("expired", "cancelled"):  # dropped unread at or past its deadline
+        elif msg.code in (ErrorCode.EXPIRED, ErrorCode.CANCELLED):  # dropped unread at or past its deadline
             self._expire(item)
         else:
             item.future.set_exception(WorkerFailed(msg.code, msg.message))
