@@ -13,9 +13,10 @@ from aiohttp import hdrs, web
 from gateway import pipeline
 from gateway.auth import OPEN_PATHS, authorized
 from gateway.body import read_body
+from gateway.capacity import Unavailable
 from gateway.errors import (ApiError, detail, internal_error, method_not_allowed, not_found, overloaded, too_large,
                             unauthorized)
-from gateway.fleet import Fleet, Unavailable
+from gateway.fleet import Fleet
 from gateway.metrics import install as install_metrics, record_batch
 from gateway.request_ids import request_id, unique
 from gateway.shedding import queued, refuse_if_full, shed_when_full
@@ -72,6 +73,10 @@ async def request_id_and_errors(request: web.Request, handler) -> web.StreamResp
         response = await handler(request)
     except ApiError as err:
         response = error_response(err)
+    except Unavailable as exc:  # the one place a refusal becomes HTTP: 429, or 503 (gateway/capacity.py)
+        if exc.status != 429:  # a 429 is cheap and may come by the thousand: not logged
+            log.info("request %s: %d, %s", rid, exc.status, exc)
+        response = error_response(overloaded(exc.status, str(exc), retry_after=exc.retry_after))
     except web.HTTPMethodNotAllowed as exc:
         response = error_response(method_not_allowed(exc.allowed_methods))
     except web.HTTPNotFound:
@@ -114,12 +119,7 @@ async def systemone(request: web.Request) -> web.Response:
     score = Score(request_id=rid, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
     queued(request)  # from here on its place is counted in the worker's queue
-    try:
-        result = await fleet.submit(score)
-    except Unavailable as exc:  # 429 every queue full, 503 no worker / past deadline
-        if exc.status != 429:  # a 429 is cheap and may come by the thousand: not logged
-            log.info("request %s: %d, %s", rid, exc.status, exc)
-        raise overloaded(exc.status, str(exc), retry_after=exc.retry_after) from None
+    result = await fleet.submit(score)  # or an Unavailable, answered by the error middleware
     record_batch(request, result.batch_requests)
     log.info("request %s: answered, %d tokens, queue %.0f ms, run %.0f ms", rid, tokens.count, result.queue_ms,
              result.run_ms)

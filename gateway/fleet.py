@@ -13,10 +13,10 @@ import logging
 from typing import Any, Callable, KeysView
 
 from gateway.admission import Admission
-from gateway.capacity import Limits
+from gateway.capacity import Limits, Unavailable
 from gateway.link import Link
 from gateway.membership import Membership, WorkerState
-from gateway.placement import Inflight, Placement, Unavailable, WorkerFailed
+from gateway.placement import Inflight, Placement, WorkerFailed
 from shared.config import Settings
 from shared.messages import Drain, Error, Heartbeat, Message, Ready, Result, Score
 
