@@ -120,12 +120,10 @@ async def systemone(request: web.Request) -> web.Response:
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
     queued(request)  # from here on its place is counted in the worker's queue
     result = await fleet.submit(score)  # or an Unavailable, answered by the error middleware
+    timing.answered(result.queue_ms, result.run_ms)
     record_batch(request, result.batch_requests)
-    log.info("request %s: answered, %d tokens, queue %.0f ms, run %.0f ms", rid, tokens.count, result.queue_ms,
-             result.run_ms)
-    timing.set("queue", result.queue_ms)
-    timing.set("inference", result.run_ms)
-    timing.lap("wait")  # queue + inference as the worker measured them, set above
+    log.info("request %s: answered, %d tokens, queue %.0f ms, run %.0f ms, outside %.0f ms", rid, tokens.count,
+             result.queue_ms, result.run_ms, timing.ms["outside"])
     answer = pipeline.respond(profile, prepared, tokens, result.margins)
     out = web.Response(body=answer.model_dump_json().encode("utf-8"), content_type="application/json")
     timing.lap("respond")

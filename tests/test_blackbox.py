@@ -51,7 +51,7 @@ def test_readme_example_answers_with_a_probability(fleet):
     assert isinstance(body["usage"]["input_tokens"], int) and body["usage"]["input_tokens"] > 0
     assert body["usage"]["output_tokens"] == 0
     phases = [part.split(";")[0] for part in headers["Server-Timing"].split(", ")]
-    assert phases == ["parse", "validate", "tokenize", "queue", "inference", "respond", "total"]
+    assert phases == ["parse", "validate", "tokenize", "queue", "inference", "outside", "respond", "total"]
     assert headers["x-request-id"]
 
 

@@ -100,7 +100,7 @@ def test_metrics_of_the_real_fleet(fleet: Fleet):
     assert answered >= 1
     assert sample(fams, "jevfleet_http_requests", "jevfleet_http_requests_total",
                   route="unmatched", method="GET", status="404") >= 1
-    for phase in ("parse", "validate", "tokenize", "queue", "inference", "respond", "total"):
+    for phase in ("parse", "validate", "tokenize", "queue", "inference", "outside", "respond", "total"):
         assert sample(fams, "jevfleet_request_phase_seconds", "jevfleet_request_phase_seconds_count",
                       phase=phase) >= 1
     assert sample(fams, "jevfleet_batch_requests", "jevfleet_batch_requests_count") >= 1

@@ -93,6 +93,7 @@ def test_refusals_become_http_in_one_place_with_retry_after_and_server_timing(tm
                 answered = await held
                 timings = dict(p.split(";dur=") for p in answered.headers["Server-Timing"].split(", "))
                 assert answered.status == 200 and float(timings["inference"]) == 5.0
+                assert float(timings["outside"]) >= 0
             finally:
                 w.close()
                 ctx.term()
