@@ -27,7 +27,7 @@ import psutil
 from gateway.answers import sigmoid
 from jevfleet.harness.engine import model_of, new_engine as harness_engine
 from shared.config import load_settings
-from shared.messages import Result
+from shared.messages import Result, Score
 from shared.profiles import Profile
 from worker.engine import Engine, Job
 from worker.scheduler import Pending, Scheduler
@@ -157,7 +157,7 @@ def part_snapshots(reps: int) -> list[Row]:
              ("2 snapshots", "4 requests x 1 question: no cache / warm", f"{none4} / {warm4} = {none4.times(warm4)}")]
     s = cached.cache.stats()
     rows += [("2 snapshots", "counters after the runs",
-              f"hits {s['hits']} misses {s['misses']} reused {s['reused_tokens']} relocations {s['relocations']}")]
+              f"hits {s.hits} misses {s.misses} reused {s.reused_tokens} relocations {s.relocations}")]
     plain.close()
     cached.close()
     return rows
@@ -218,7 +218,9 @@ def part_during_idle(reps: int) -> list[Row]:
             started.wait(30)
             time.sleep(0.005)  # into the warm call
         t = time.perf_counter()
-        sched.submit(Pending("r", job(), 0, deadline=float("inf")))
+        one = job()
+        sched.submit(Pending.from_score(Score(request_id="r", prefix=one.prefix, suffixes=one.suffixes,
+                                              yes_ids=one.yes_ids, no_ids=one.no_ids, deadline=float("inf"))))
         done.wait(120)
         took = (time.perf_counter() - t) * 1000
         sched.stop()
@@ -258,7 +260,7 @@ def part_memory(cache: bool, fill: int) -> list[Row]:
     return [("4 memory", "engine RSS, 16 x 8192-token cache: empty / filled",
              f"{empty - before:.0f} / {full - before:.0f} MB (process {full:.0f} MB)"),
             ("4 memory", "filled with: kept / tokens / KV bytes",
-             f"{s['kept']} / {s['tokens']} / {s['bytes'] / 2**20:.0f} MB"),
+             f"{s.kept} / {s.tokens} / {s.bytes / 2**20:.0f} MB"),
             ("4 memory", "warm 4-question request, cache nearly empty / filled",
              f"{warm_empty} / {warm_full}")]
 

@@ -7,14 +7,16 @@ import time
 from functools import partial
 from pathlib import Path
 
+import msgspec
 from aiohttp import hdrs, web
 
 from gateway import pipeline
 from gateway.auth import OPEN_PATHS, authorized
 from gateway.body import read_body
+from gateway.capacity import Unavailable
 from gateway.errors import (ApiError, detail, internal_error, method_not_allowed, not_found, overloaded, too_large,
                             unauthorized)
-from gateway.fleet import Fleet, Unavailable
+from gateway.fleet import Fleet
 from gateway.metrics import install as install_metrics, record_batch
 from gateway.request_ids import request_id, unique
 from gateway.shedding import queued, refuse_if_full, shed_when_full
@@ -23,10 +25,10 @@ from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
 from shared.config import Settings
 from shared.llama import tokenize
-from shared.messages import Score
+from shared.messages import Score, SnapshotStats
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile
-from shared.serving import serving_facts
+from shared.serving import fingerprint, serving_facts
 
 log = logging.getLogger("jevfleet.gateway")
 
@@ -71,6 +73,10 @@ async def request_id_and_errors(request: web.Request, handler) -> web.StreamResp
         response = await handler(request)
     except ApiError as err:
         response = error_response(err)
+    except Unavailable as exc:  # the one place a refusal becomes HTTP: 429, or 503 (gateway/capacity.py)
+        if exc.status != 429:  # a 429 is cheap and may come by the thousand: not logged
+            log.info("request %s: %d, %s", rid, exc.status, exc)
+        response = error_response(overloaded(exc.status, str(exc), retry_after=exc.retry_after))
     except web.HTTPMethodNotAllowed as exc:
         response = error_response(method_not_allowed(exc.allowed_methods))
     except web.HTTPNotFound:
@@ -113,18 +119,11 @@ async def systemone(request: web.Request) -> web.Response:
     score = Score(request_id=rid, prefix=tokens.prefix, suffixes=tokens.suffixes, yes_ids=tok.yes_ids,
                   no_ids=tok.no_ids, deadline=time.time() + settings.deadline_s)
     queued(request)  # from here on its place is counted in the worker's queue
-    try:
-        result = await fleet.submit(score)
-    except Unavailable as exc:  # 429 every queue full, 503 no worker / past deadline
-        if exc.status != 429:  # a 429 is cheap and may come by the thousand: not logged
-            log.info("request %s: %d, %s", rid, exc.status, exc)
-        raise overloaded(exc.status, str(exc), retry_after=exc.retry_after) from None
+    result = await fleet.submit(score)  # or an Unavailable, answered by the error middleware
+    timing.answered(result.queue_ms, result.run_ms)
     record_batch(request, result.batch_requests)
-    log.info("request %s: answered, %d tokens, queue %.0f ms, run %.0f ms", rid, tokens.count, result.queue_ms,
-             result.run_ms)
-    timing.set("queue", result.queue_ms)
-    timing.set("inference", result.run_ms)
-    timing.lap("wait")  # queue + inference as the worker measured them, set above
+    log.info("request %s: answered, %d tokens, queue %.0f ms, run %.0f ms, outside %.0f ms", rid, tokens.count,
+             result.queue_ms, result.run_ms, timing.ms["outside"])
     answer = pipeline.respond(profile, prepared, tokens, result.margins)
     out = web.Response(body=answer.model_dump_json().encode("utf-8"), content_type="application/json")
     timing.lap("respond")
@@ -144,23 +143,23 @@ async def health(request: web.Request) -> web.Response:
     workers = list(fleet.workers.values())
     up = [w for w in workers if w.up]
     status = "ready" if len(up) >= settings.worker_count else "degraded" if up else "starting"
-    snapshots = {w.worker_id: w.stats.get("state_snapshots", {}) for w in up}
-    counters = sorted({k for s in snapshots.values() for k in s})
+    snapshots = {w.worker_id: w.stats.state_snapshots for w in up}
     engine = {
-        "batched_requests": sum(int(w.stats.get("batched_requests", 0)) for w in up),
+        "batched_requests": sum(w.stats.batched_requests for w in up),
         # counters summed over live workers, and each worker's own under "workers"
-        "state_snapshots": {**{k: sum(int(s.get(k, 0)) for s in snapshots.values()) for k in counters},
-                            "workers": snapshots},
+        "state_snapshots": {**{name: sum(getattr(s, name) for s in snapshots.values())
+                               for name in SnapshotStats.__struct_fields__},
+                            "workers": msgspec.to_builtins(snapshots)},
     }
     files = [app[MODEL_FILE]] + ([Path(app[PROFILE].head)] if app[PROFILE].head else [])  # GGUF (+ learned head)
-    fingerprints = sorted({w.fingerprint for w in up})
+    serves = fleet.admission.expected  # every member serves exactly this (gateway/admission.py)
     body = {
         "status": status,
         "model": app[PROFILE].name,
         "workers": [w.describe() for w in workers],
         "engine": engine,
         "model_files": {path.name: file_sha256(path) for path in files},
-        "fingerprint": fingerprints[0] if len(fingerprints) == 1 else fingerprints,
+        "fingerprint": fingerprint(serves) if serves else None,
         "fleet": fleet.describe(),
         "refused_workers": fleet.admission.describe(forget_after_s=settings.dead_after_s),
     }

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import KeysView
+from typing import Any, Callable, KeysView
 
 from gateway.admission import Admission
-from gateway.capacity import Limits
+from gateway.capacity import Limits, Unavailable
 from gateway.link import Link
 from gateway.membership import Membership, WorkerState
-from gateway.placement import Inflight, Placement, Unavailable, WorkerFailed
+from gateway.placement import Inflight, Placement, WorkerFailed
 from shared.config import Settings
-from shared.messages import Drain, Error, Ready, Result, Score
+from shared.messages import Drain, Error, Heartbeat, Message, Ready, Result, Score
 
 __all__ = ["Fleet", "Unavailable", "WorkerFailed"]
 
@@ -88,7 +88,7 @@ class Fleet:
     def _back(self) -> None:
         self.placement.unpark()
 
-    def _on_drain(self, msg: Drain) -> None:
+    def _on_drain(self, identity: bytes, msg: Drain) -> None:
         worker = self.membership.draining(msg.worker_id)
         if worker is None:
             return
@@ -96,11 +96,15 @@ class Fleet:
         self.placement.hand_back(worker, msg.request_ids)
 
     async def _read_loop(self) -> None:
+        handlers: dict[type[Message], Callable[[bytes, Any], None]] = {
+            Ready: self.membership.on_status, Heartbeat: self.membership.on_status,
+            Result: self.placement.on_answer, Error: self.placement.on_answer,
+            Drain: self._on_drain,
+        }
         while True:
             identity, msg = await self.link.receive()
-            if isinstance(msg, Ready):  # Heartbeat is a Ready
-                self.membership.on_status(identity, msg)
-            elif isinstance(msg, (Result, Error)):
-                self.placement.on_answer(identity, msg)
-            elif isinstance(msg, Drain):
-                self._on_drain(msg)
+            handler = handlers.get(type(msg))
+            if handler is None:
+                log.warning("ignored a %s from %r, which only the gateway sends", type(msg).__name__, identity)
+            else:
+                handler(identity, msg)

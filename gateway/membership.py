@@ -19,12 +19,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+import msgspec
+
 from gateway.admission import Admission
 from gateway.capacity import TokenRate
 from gateway.link import Link
 from gateway.routing import PrefixMemory
 from shared.config import Settings
-from shared.messages import Message, Ping, Ready
+from shared.messages import Message, Ping, Ready, WorkerStats
 
 if TYPE_CHECKING:
     from gateway.placement import Inflight
@@ -39,20 +41,14 @@ OnLost = Callable[["WorkerState", list["Inflight"], bool], None]
 
 @dataclass(eq=False)
 class WorkerState:
-    """One incarnation (id + pid) of a worker; a restart makes a new one."""
+    """One incarnation (id + pid) of a worker; a restart makes a new one. `status` is the last
+    READY or HEARTBEAT it sent, what it says of itself; the other fields are the gateway's view."""
 
-    worker_id: str
+    status: Ready
     identity: bytes
-    pid: int
-    cores: list[int]
-    model: str
-    model_sha256: str
-    fingerprint: str
     last_seen: float
     memory: PrefixMemory
     state: str = "up"  # up | draining | down (and "new" until its first status is read)
-    stats: dict = field(default_factory=dict)
-    snapshot_keys: frozenset[str] = frozenset()
     inflight: dict[str, Inflight] = field(default_factory=dict)  # its queue, by request id
     served: int = 0
     last_sent: float = 0.0
@@ -60,6 +56,22 @@ class WorkerState:
 
     def __post_init__(self) -> None:
         self.rate = self.rate or TokenRate(len(self.cores))
+
+    @property
+    def worker_id(self) -> str:
+        return self.status.worker_id
+
+    @property
+    def pid(self) -> int:
+        return self.status.pid
+
+    @property
+    def cores(self) -> list[int]:
+        return self.status.cores
+
+    @property
+    def stats(self) -> WorkerStats:
+        return self.status.stats
 
     @property
     def up(self) -> bool:
@@ -84,7 +96,7 @@ class WorkerState:
         return self.rate.value
 
     def holds(self, key: str) -> bool:
-        return key in self.snapshot_keys or key in self.memory
+        return key in self.status.snapshot_keys or key in self.memory
 
     def describe(self) -> dict:
         return {
@@ -97,7 +109,7 @@ class WorkerState:
             "queued_requests": self.queued_requests,
             "served": self.served,
             "tokens_per_s": round(self.tokens_per_s, 1),
-            "stats": self.stats,
+            "stats": msgspec.to_builtins(self.stats),
         }
 
 
@@ -151,16 +163,13 @@ class Membership:
         if worker is None and not self.admission.admits(msg):
             return
         if worker is None:
-            worker = WorkerState(worker_id=msg.worker_id, identity=identity, pid=msg.pid, cores=msg.cores,
-                                 model=msg.model, model_sha256=msg.model_sha256, fingerprint=msg.fingerprint,
-                                 last_seen=time.monotonic(), memory=PrefixMemory(self.settings.affinity_memory),
-                                 state="new")
+            worker = WorkerState(status=msg, identity=identity, last_seen=time.monotonic(),
+                                 memory=PrefixMemory(self.settings.affinity_memory), state="new")
             self.workers[msg.worker_id] = worker
             log.info("worker %s (pid %d, cores %s) joined", msg.worker_id, msg.pid, msg.cores)
+        worker.status = msg
         worker.identity = identity
         worker.last_seen = time.monotonic()
-        worker.stats = msg.stats
-        worker.snapshot_keys = frozenset(msg.snapshot_keys)
         was = worker.state
         worker.state = "draining" if msg.draining or was == "draining" else "up"
         if worker.up and was != "up":

@@ -5,13 +5,13 @@ What the gateway sees itself is recorded as it happens: every response by route 
 Server-Timing phase as a histogram (read back from the header the request path already sets),
 and the batch size each answer ran in. What only workers know (scheduler counters, snapshot
 hits and misses) arrives in their heartbeats (Heartbeat.stats) and is read at scrape time,
-together with queue depth and liveness from the gateway's fleet view. Worker stats are read
-defensively: a worker of another version may send more, fewer or differently shaped keys.
+together with queue depth and liveness from the gateway's fleet view. Worker stats are typed
+(shared/messages.py WorkerStats): a heartbeat whose stats do not have that shape is not decoded.
 """
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -20,11 +20,13 @@ from prometheus_client.registry import Collector
 
 from gateway.fleet import Fleet
 from gateway.membership import WorkerState
+from shared.messages import SchedulerCounters, SnapshotStats
 
 PHASE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 255)
 SERVER_TIMING_ENTRY = re.compile(r"\s*([A-Za-z0-9_-]+)\s*;\s*dur=([0-9.]+)")
-SNAPSHOT_STATS = "state_snapshots"  # the key of the snapshot counters in Heartbeat.stats
+SCHEDULER_COUNTERS = SchedulerCounters.__struct_fields__
+SNAPSHOT_FIGURES = tuple(f for f in SnapshotStats.__struct_fields__ if f not in ("hits", "misses"))  # those two: below
 
 
 class FleetCollector(Collector):
@@ -65,29 +67,18 @@ class FleetCollector(Collector):
             queued_reads.add_metric([wid], w.queued_reads)
             queued_requests.add_metric([wid], w.queued_requests)
             rate.add_metric([wid], w.tokens_per_s)
-            stats = w.stats if isinstance(w.stats, Mapping) else {}
-            for name, value in numbers(stats):
-                scheduler.add_metric([wid, name], value)
-            snaps = stats.get(SNAPSHOT_STATS)
-            snaps = dict(numbers(snaps)) if isinstance(snaps, Mapping) else {}
-            if "hits" in snaps and "misses" in snaps:
-                n_hits, n_misses = snaps.pop("hits"), snaps.pop("misses")
-                hits.add_metric([wid], n_hits)
-                misses.add_metric([wid], n_misses)
-                if n_hits + n_misses:
-                    ratio.add_metric([wid], n_hits / (n_hits + n_misses))
-            for name, value in snaps.items():
-                snapshot.add_metric([wid, name], value)
+            for name in SCHEDULER_COUNTERS:
+                scheduler.add_metric([wid, name], getattr(w.stats, name))
+            snaps = w.stats.state_snapshots
+            hits.add_metric([wid], snaps.hits)
+            misses.add_metric([wid], snaps.misses)
+            if snaps.hits + snaps.misses:
+                ratio.add_metric([wid], snaps.hits / (snaps.hits + snaps.misses))
+            for name in SNAPSHOT_FIGURES:
+                snapshot.add_metric([wid, name], getattr(snaps, name))
         yield GaugeMetricFamily("jevfleet_workers_up", "Workers heartbeating now",
                                 value=sum(1 for w in workers if w.up))
         yield from (up, queued_tokens, queued_reads, queued_requests, rate, scheduler, hits, misses, ratio, snapshot)
-
-
-def numbers(stats: Mapping[str, Any]) -> Iterator[tuple[str, float]]:
-    """The plain numeric entries of a stats dict (bools, nested dicts and text are skipped)."""
-    for name, value in stats.items():
-        if isinstance(name, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
-            yield name, float(value)
 
 
 class Metrics:

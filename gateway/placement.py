@@ -1,6 +1,6 @@
 """Where each accepted request is: which worker's queue holds it, or that it waits for one.
 
-A request nobody can take at once is refused (429 every queue full, 503 no worker up). Once
+A request nobody can take at once is refused (gateway/capacity.py says how). Once
 accepted it is owed an answer: if its worker is lost it is sent once to another (requests are pure
 reads, so that is safe, and the first answer wins); a worker that drains hands its queue back and
 those requests are placed again; one nobody can take waits, parked, for a worker until its
@@ -19,33 +19,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import KeysView, Literal
 
-from gateway.capacity import Limits, fits, retry_after_s
+from gateway.capacity import NO_WORKER_RETRY_S, Limits, Unavailable, full, refusal, retry_after_s
 from gateway.membership import Membership, WorkerState
 from gateway.routing import Work, choose
-from shared.messages import Cancel, Error, Result, Score, prefix_key
+from shared.messages import Cancel, Error, ErrorCode, Result, Score, prefix_key
 
 log = logging.getLogger("jevfleet.fleet")
 
 RESENDS = 1  # a request whose worker was lost is sent again once
-NO_WORKER_RETRY_S = 2  # Retry-After while no worker is up: a restart takes a few seconds
 
 Stage = Literal["queued", "parked", "done"]
-
-
-class Unavailable(Exception):
-    """The request is not served now: 429 (every queue is full) or 503 (no worker is up, its
-    deadline passed, or it was lost with two workers); retry_after in whole seconds."""
-
-    def __init__(self, status: int, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
 
 
 class WorkerFailed(Exception):
     """The worker could not answer the request (an engine fault)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -126,14 +115,9 @@ class Placement:
             self._release(item)
 
     def refusal_when_full(self, reserved: int = 0) -> Unavailable | None:
-        """A 429 for any request, if workers are up but none could take even the smallest one,
-        or every free place is `reserved` by requests on their way to a queue (a burst).
-        (With no worker up the request path answers: 422 for bad input, else 503.)"""
+        """The 429 for any request while every queue is full (gateway/capacity.py decides)."""
         up = self.membership.up()
-        free = sum(max(0, self.limits.queue_requests - w.queued_requests) for w in up)
-        if not up or (any(fits(w, 1, self.limits) for w in up) and free > reserved):
-            return None
-        return self._refusal(1)
+        return self._refusal(1) if full(up, self.limits, reserved) else None
 
     def abandon_all(self, why: str) -> None:
         """Answer every pending request 503 (the gateway is stopping)."""
@@ -142,11 +126,10 @@ class Placement:
                 item.future.set_exception(Unavailable(503, why, NO_WORKER_RETRY_S))
 
     def _refusal(self, tokens: int) -> Unavailable:
-        up = self.membership.up()
-        if not up:
-            return Unavailable(503, "no worker is available", NO_WORKER_RETRY_S)
-        self.counters["refused"] += 1
-        return Unavailable(429, "every worker's queue is full", retry_after_s(up, tokens, self.limits))
+        refused = refusal(self.membership.up(), tokens, self.limits)
+        if refused.status == 429:
+            self.counters["refused"] += 1
+        return refused
 
     def _past_deadline(self, item: Inflight) -> None:
         """A request still waiting at its deadline gets 503: at once if it is parked; if it is
@@ -165,8 +148,7 @@ class Placement:
                                               self._retry_after(item.work.cold)))
 
     def _retry_after(self, tokens: int) -> int:
-        up = self.membership.up()
-        return retry_after_s(up, tokens, self.limits) if up else NO_WORKER_RETRY_S
+        return retry_after_s(self.membership.up(), tokens, self.limits)
 
     def _assign(self, worker: WorkerState, item: Inflight) -> None:
         item.worker = worker
@@ -263,11 +245,11 @@ class Placement:
                 log.info("request %s re-served %.0f ms after its worker was lost", msg.request_id,
                          (time.monotonic() - item.lost_at) * 1000)
             item.future.set_result(msg)
-        elif msg.code == "draining":  # it reached a worker that had started to drain
+        elif msg.code == ErrorCode.DRAINING:  # it reached a worker that had started to drain
             if owner is not None:
                 item.tried.append(owner)
             self._place(item)
-        elif msg.code in ("expired", "cancelled"):  # dropped unread at or past its deadline
+        elif msg.code in (ErrorCode.EXPIRED, ErrorCode.CANCELLED):  # dropped unread at or past its deadline
             self._expire(item)
         else:
             item.future.set_exception(WorkerFailed(msg.code, msg.message))

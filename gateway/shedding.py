@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.errors import overloaded
 from gateway.fleet import Fleet
 
 
@@ -37,7 +36,7 @@ def queued(request: web.Request) -> None:
 def shed_when_full(fleet_key: web.AppKey, path: str):
     """Middleware refusing POST `path` while app[fleet_key].refusal_when_full() says so, counting
     the requests already past it; it runs inside the error middleware (which renders the
-    ApiError) and after the API key check."""
+    Unavailable) and after the API key check."""
     door = Door()
 
     @web.middleware
@@ -55,8 +54,8 @@ def shed_when_full(fleet_key: web.AppKey, path: str):
 
 
 def refuse_if_full(fleet: Fleet, reserved: int = 0) -> None:
-    """Raise the 429 at once if no worker's queue could take even the smallest request (or
-    every free place is reserved)."""
+    """Raise the 429 (an Unavailable, which the error middleware answers) at once if no worker's
+    queue could take even the smallest request, or every free place is reserved."""
     refusal = fleet.refusal_when_full(reserved)
     if refusal is not None:
-        raise overloaded(refusal.status, str(refusal), retry_after=refusal.retry_after)
+        raise refusal

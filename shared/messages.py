@@ -1,52 +1,79 @@
-"""Every message between gateway and workers, defined once, with its msgpack encoding.
+"""Every message between gateway and workers, defined once as typed msgspec structs.
 
 Frames are msgpack maps {"kind": <tag>, ...fields}. The gateway's ROUTER adds the worker's
-identity frame; the payload is always the last frame. A field added with a default stays
-readable by an older peer, which ignores keys it does not know.
+identity frame; the payload is always the last frame. Invariant: decode() returns a message
+whose every field has its declared type, or raises ValueError; nothing half-checked gets past
+it. A receiver ignores keys it does not know, so a field added with a default does not break a
+peer that has not learnt it yet.
 """
 from __future__ import annotations
 
+import enum
 import hashlib
 import struct
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
 
-import msgpack
+import msgspec
 
 
-@dataclass(kw_only=True)
-class Ready:
+class Message(msgspec.Struct, tag_field="kind", kw_only=True):
+    """The base of every message: the "kind" key names the struct (its tag)."""
+
+
+class SchedulerCounters(msgspec.Struct, kw_only=True):
+    """What a worker's scheduler has done since it started (worker/scheduler.py counts)."""
+
+    batches: int = 0
+    requests: int = 0
+    batched_requests: int = 0  # requests that shared an engine call with another request
+    tokens_read: int = 0
+    expired: int = 0
+    cancelled: int = 0
+
+
+class SnapshotStats(msgspec.Struct, kw_only=True):
+    """The state snapshot cache of a worker (worker/snapshots.py): its size and its counters."""
+
+    kept: int = 0
+    max: int = 0
+    tokens: int = 0
+    max_tokens: int = 0
+    hits: int = 0  # prefixes that reused a kept state beyond the pinned preamble
+    misses: int = 0
+    reused_tokens: int = 0  # prefix tokens not read thanks to a snapshot (preamble included)
+    bytes: int = 0
+    relocations: int = 0  # batches that had to move kept prefixes back into position order
+
+
+class WorkerStats(SchedulerCounters, kw_only=True):
+    """A worker's own figures, sent with every status; /health shows them as they are and
+    /metrics exports the counters. Flat over the scheduler counters, as /health has them."""
+
+    queued_tokens: int = 0  # its own count of its queue (the gateway keeps its own, per request)
+    queued_requests: int = 0  # the running batch included
+    state_snapshots: SnapshotStats = msgspec.field(default_factory=SnapshotStats)
+
+
+class Ready(Message, tag="ready"):
     """Worker → gateway once the model is loaded and warm: who it is and what it serves."""
 
-    KIND: ClassVar[str] = "ready"
     worker_id: str
     pid: int
     cores: list[int]
-    model: str
-    model_sha256: str
-    fingerprint: str
-    queued_tokens: int = 0
-    queued_requests: int = 0
-    snapshot_keys: list[str] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
+    serves: dict[str, str]  # shared/serving.py: the gateway admits only workers that serve its own
+    snapshot_keys: frozenset[str] = frozenset()  # prefix_key of every prefix it keeps
+    stats: WorkerStats = msgspec.field(default_factory=WorkerStats)
     draining: bool = False  # stopping: finishing its batch, takes no new requests
-    serves: dict[str, str] = field(default_factory=dict)  # shared/serving.py: the gateway admits only its own
 
 
-@dataclass(kw_only=True)
-class Heartbeat(Ready):
+class Heartbeat(Ready, tag="heartbeat"):
     """Worker → gateway every heartbeat_s; carries everything Ready does, so a gateway that
     restarted learns the worker from its next beat."""
 
-    KIND: ClassVar[str] = "heartbeat"
 
-
-@dataclass(kw_only=True)
-class Score:
+class Score(Message, tag="score"):
     """Gateway → worker: one request. The state prefix is read once and every suffix (one per
     yes/no job) continues from it; only each suffix's last token gets logits."""
 
-    KIND: ClassVar[str] = "score"
     request_id: str
     prefix: list[int]
     suffixes: list[list[int]]
@@ -55,75 +82,69 @@ class Score:
     deadline: float  # time.time() after which the answer is useless
 
 
-@dataclass(kw_only=True)
-class Result:
+class Result(Message, tag="result"):
     """Worker → gateway: the yes−no logit margin per suffix (calibration is the gateway's)."""
 
-    KIND: ClassVar[str] = "result"
     request_id: str
     margins: list[float]
     queue_ms: float
     run_ms: float
     batch_requests: int
     read_tokens: int
-    reused_tokens: int = 0
 
 
-@dataclass(kw_only=True)
-class Error:
-    """Worker → gateway: a request that will not be answered (expired, too long, engine fault)."""
+class ErrorCode(enum.StrEnum):
+    """Why a worker will not answer a request."""
 
-    KIND: ClassVar[str] = "error"
+    EXPIRED = "expired"  # its deadline passed while it was queued
+    ENGINE = "engine"  # the engine raised while reading its batch
+    DRAINING = "draining"  # it reached a worker that is stopping: place it elsewhere
+    CANCELLED = "cancelled"  # a Cancel found it still queued
+
+
+class Error(Message, tag="error"):
+    """Worker → gateway: a request that will not be answered."""
+
     request_id: str
-    code: str  # "expired" | "too_long" | "engine" | "draining" | "cancelled" (a Cancel found it queued)
+    code: ErrorCode
     message: str
 
 
-@dataclass(kw_only=True)
-class Cancel:
+class Cancel(Message, tag="cancel"):
     """Gateway → worker: drop this request if it is still queued (client gone, deadline)."""
 
-    KIND: ClassVar[str] = "cancel"
     request_id: str
 
 
-@dataclass(kw_only=True)
-class Drain:
+class Drain(Message, tag="drain"):
     """Worker → gateway: I am stopping; these queued requests were not run, send them elsewhere."""
 
-    KIND: ClassVar[str] = "drain"
     worker_id: str
     request_ids: list[str]
 
 
-@dataclass(kw_only=True)
-class Ping:
+class Ping(Message, tag="ping"):
     """Gateway → worker: no reply expected. Sent after the ROUTER saw a connection drop: the
     send fails for exactly the worker whose connection is gone, which names the dead one."""
 
-    KIND: ClassVar[str] = "ping"
 
-
-Message = Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping
-_BY_KIND: dict[str, type] = {cls.KIND: cls for cls in (Ready, Heartbeat, Score, Result, Error, Cancel, Drain, Ping)}
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping)
 
 
 def encode(msg: Message) -> bytes:
-    """Fields are read as they are (msgpack walks nested lists and dicts itself): dataclasses'
-    asdict would deep-copy a Score's token lists first, a measurable share of the gateway's CPU."""
-    return msgpack.packb({"kind": msg.KIND, **{f.name: getattr(msg, f.name) for f in fields(msg)}},
-                         use_bin_type=True)
+    """msgspec writes the struct's fields straight from the object: no dict, no copy of a
+    Score's token lists (a measurable share of the gateway's CPU when it was done in Python)."""
+    return _ENCODER.encode(msg)
 
 
 def decode(frame: bytes) -> Message:
-    """Raises ValueError for a frame that is not one of our messages."""
+    """Raises ValueError for a frame that is not one of our messages, or whose fields do not
+    have their declared types."""
     try:
-        data = msgpack.unpackb(frame, raw=False)
-        cls = _BY_KIND[data.pop("kind")]
-    except (msgpack.UnpackException, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"not a fleet message: {exc!r}") from exc
-    known = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in known})
+        return _DECODER.decode(frame)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not a fleet message: {exc}") from exc
 
 
 def prefix_key(tokens: list[int]) -> str:

@@ -34,6 +34,12 @@ def serving_facts(*, profile: Profile, model_sha256: str, mode: str, tokenize: T
     }
 
 
+def fingerprint(facts: dict[str, str]) -> str:
+    """A short label of what is served (profile name, GGUF digest, mode) for people reading
+    /health; admission compares the whole facts, never this label."""
+    return f"{facts['profile'].partition(':')[0]}:{facts['model_sha256'][:16]}:{facts['mode']}"
+
+
 def mismatch(expected: dict[str, str], offered: dict[str, str]) -> str | None:
     """None if `offered` (a worker's facts) agrees with `expected` (the gateway's) on every
     fact the gateway states, else which facts differ, both values named."""

@@ -23,8 +23,7 @@ FAST = {**GATEWAY, "mode": "fast"}
 
 
 def ready(worker_id: str, pid: int, serves: dict) -> Ready:
-    return Ready(worker_id=worker_id, pid=pid, cores=[0], model="m", model_sha256="", fingerprint="",
-                 serves=serves)
+    return Ready(worker_id=worker_id, pid=pid, cores=[0], serves=serves)
 
 
 def test_a_refusal_is_listed_with_its_reason_and_forgotten_once_admitted():

@@ -9,6 +9,7 @@ import pytest
 
 from jevfleet.harness.fleet import Fleet
 from jevfleet.harness.net import http, post_json
+from shared.messages import SnapshotStats, WorkerStats
 
 README_EXAMPLE = {
     "model": "jev-latest",
@@ -50,7 +51,7 @@ def test_readme_example_answers_with_a_probability(fleet):
     assert isinstance(body["usage"]["input_tokens"], int) and body["usage"]["input_tokens"] > 0
     assert body["usage"]["output_tokens"] == 0
     phases = [part.split(";")[0] for part in headers["Server-Timing"].split(", ")]
-    assert phases == ["parse", "validate", "tokenize", "queue", "inference", "respond", "total"]
+    assert phases == ["parse", "validate", "tokenize", "queue", "inference", "outside", "respond", "total"]
     assert headers["x-request-id"]
 
 
@@ -80,7 +81,9 @@ def test_health_reports_ready_workers_and_model_identity(fleet):
     assert worker["state"] == "up" and worker["cores"]
     assert isinstance(body["engine"]["batched_requests"], int)
     (sha,) = body["model_files"].values()
-    assert len(sha) == 64 and body["fingerprint"]
+    assert len(sha) == 64 and body["fingerprint"] == f"gemma-3-270m:{sha[:16]}:deterministic"
+    assert set(worker["stats"]) == set(WorkerStats.__struct_fields__)  # the worker's own, as it sent them
+    assert set(worker["stats"]["state_snapshots"]) == set(SnapshotStats.__struct_fields__)
 
 
 def test_models_lists_the_served_model_then_the_alias(gateway):

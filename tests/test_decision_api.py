@@ -216,7 +216,7 @@ def test_prompt_longer_than_the_context_is_refused_not_truncated(gateway):
 
 
 def test_server_timing_on_every_post_answer_up_to_the_phase_it_reached(gateway):
-    cases = [(encoded(SMALL), 200, ["parse", "validate", "tokenize", "queue", "inference", "respond"]),
+    cases = [(encoded(SMALL), 200, ["parse", "validate", "tokenize", "queue", "inference", "outside", "respond"]),
              (encoded(UNKNOWN_MODEL), 422, ["parse", "validate"]),
              (b"\xff", 400, ["parse"]),
              (b" " * (5 << 20), 413, ["parse"])]

@@ -13,7 +13,7 @@ import zmq.asyncio
 from gateway.fleet import Fleet, Unavailable
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import Settings, default_settings
-from shared.messages import Cancel, Drain, Error, Score, prefix_key
+from shared.messages import Cancel, Drain, Error, Score, encode, prefix_key
 
 PREFIX = [2, 10, 11, 12]
 
@@ -314,9 +314,23 @@ def test_advertised_snapshots_attract_requests_with_that_state(tmp_path):
         async with running(settings(tmp_path)) as (fleet, worker):
             a, b = await worker("a"), await worker("b")
             b.snapshot_keys = [prefix_key(PREFIX)]
-            await until(lambda: fleet.workers["b"].snapshot_keys, "b's snapshots known")
+            await until(lambda: fleet.workers["b"].status.snapshot_keys, "b's snapshots known")
             task = asyncio.create_task(fleet.submit(score("r1")))
             await b.answer(await b.recv())  # a would win the tie between idle workers
             await task
             assert await a.nothing_for(0.1)
     run(go())
+
+
+def test_a_bad_frame_or_a_message_only_the_gateway_sends_is_dropped_and_the_link_lives_on(tmp_path, caplog):
+    async def go():
+        async with running(settings(tmp_path)) as (fleet, worker):
+            a = await worker("a")
+            await a.sock.send(encode(score("from a worker?")))  # a message the gateway sends, not takes
+            await a.sock.send(b"\x81\xa4kind\xa5score")  # a Score without its fields
+            task = asyncio.create_task(fleet.submit(score("r1")))
+            await a.answer(await a.recv(), margin=0.25)
+            assert (await task).margins == [0.25]
+            assert fleet.workers["a"].served == 1 and "from a worker?" not in fleet.inflight_ids
+    run(go())
+    assert "ignored a Score" in caplog.text and "dropped a bad frame" in caplog.text

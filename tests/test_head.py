@@ -162,7 +162,7 @@ def test_with_the_head_answers_are_bit_identical_fresh_cached_alone_and_batched(
         cached.run(jobs)
         for (s, qs), job in zip(batch, jobs):
             assert job.margins == [reference[(s, q)] for q in qs]
-    assert cached.cache.stats()["hits"] >= 3
+    assert cached.cache.stats().hits >= 3
 
 
 @pytest.mark.model

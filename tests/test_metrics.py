@@ -13,6 +13,7 @@ from gateway.metrics import Metrics
 from gateway.routing import PrefixMemory
 from jevfleet.harness.fleet import Fleet
 from jevfleet.harness.net import http, post_json
+from shared.messages import Heartbeat, SchedulerCounters, SnapshotStats, WorkerStats
 
 
 def families(text: str) -> dict:
@@ -27,17 +28,17 @@ def sample(fams: dict, family: str, series: str | None = None, **labels) -> floa
     return found[0]
 
 
-def worker(worker_id: str, stats: object, state: str = "up") -> WorkerState:
-    return WorkerState(worker_id=worker_id, identity=b"", pid=1, cores=[0], model="m", model_sha256="",
-                       fingerprint="", last_seen=time.monotonic(), memory=PrefixMemory(16), state=state, stats=stats)
+def worker(worker_id: str, stats: WorkerStats, state: str = "up") -> WorkerState:
+    status = Heartbeat(worker_id=worker_id, pid=1, cores=[0], serves={}, stats=stats)
+    return WorkerState(status=status, identity=b"", last_seen=time.monotonic(), memory=PrefixMemory(16), state=state)
 
 
-def test_worker_stats_are_exported_and_odd_stats_are_skipped():
+def test_worker_stats_are_exported_from_their_typed_fields():
     workers = {
-        "a": worker("a", {"batches": 3, "requests": 7, "note": "text", "flag": True,
-                          "state_snapshots": {"hits": 6, "misses": 2, "kept": 4, "bytes": 1024, "keys": ["x"]}}),
-        "b": worker("b", {"batches": 1, "state_snapshots": "not a dict"}, state="draining"),
-        "c": worker("c", None),  # a worker of another version: no stats at all
+        "a": worker("a", WorkerStats(batches=3, requests=7, queued_requests=2,
+                                     state_snapshots=SnapshotStats(hits=6, misses=2, kept=4, bytes=1024))),
+        "b": worker("b", WorkerStats(batches=1), state="draining"),
+        "c": worker("c", WorkerStats()),  # nothing run yet: every counter at 0, no hit ratio
     }
     fams = families(Metrics(SimpleNamespace(workers=workers)).exposition().decode())
 
@@ -46,12 +47,15 @@ def test_worker_stats_are_exported_and_odd_stats_are_skipped():
     assert sample(fams, "jevfleet_worker_scheduler", "jevfleet_worker_scheduler_total",
                   worker="a", counter="requests") == 7
     assert {s.labels["counter"] for s in fams["jevfleet_worker_scheduler"].samples
-            if s.labels["worker"] == "a" and s.name.endswith("_total")} == {"batches", "requests"}
+            if s.labels["worker"] == "a" and s.name.endswith("_total")} == set(SchedulerCounters.__struct_fields__)
     assert sample(fams, "jevfleet_snapshot_hits", "jevfleet_snapshot_hits_total", worker="a") == 6
     assert sample(fams, "jevfleet_snapshot_misses", "jevfleet_snapshot_misses_total", worker="a") == 2
     assert sample(fams, "jevfleet_snapshot_hit_ratio", worker="a") == pytest.approx(0.75)
     assert sample(fams, "jevfleet_snapshot", worker="a", name="bytes") == 1024
-    assert not [s for s in fams["jevfleet_snapshot_hits"].samples if s.labels["worker"] != "a"]
+    assert {s.labels["name"] for s in fams["jevfleet_snapshot"].samples if s.labels["worker"] == "a"} == \
+        set(SnapshotStats.__struct_fields__) - {"hits", "misses"}
+    assert not [s for s in fams["jevfleet_snapshot_hit_ratio"].samples if s.labels["worker"] != "a"]
+    assert sample(fams, "jevfleet_worker_queued_requests", worker="a") == 0  # the gateway's count, not the worker's
     assert sample(fams, "jevfleet_worker_queued_tokens", worker="c") == 0
     assert sample(fams, "jevfleet_worker_queued_reads", worker="c") == 0
     assert sample(fams, "jevfleet_worker_tokens_per_second", worker="c") > 0
@@ -96,7 +100,7 @@ def test_metrics_of_the_real_fleet(fleet: Fleet):
     assert answered >= 1
     assert sample(fams, "jevfleet_http_requests", "jevfleet_http_requests_total",
                   route="unmatched", method="GET", status="404") >= 1
-    for phase in ("parse", "validate", "tokenize", "queue", "inference", "respond", "total"):
+    for phase in ("parse", "validate", "tokenize", "queue", "inference", "outside", "respond", "total"):
         assert sample(fams, "jevfleet_request_phase_seconds", "jevfleet_request_phase_seconds_count",
                       phase=phase) >= 1
     assert sample(fams, "jevfleet_batch_requests", "jevfleet_batch_requests_count") >= 1

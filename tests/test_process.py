@@ -12,16 +12,17 @@ import pytest
 import zmq
 
 from shared.config import PROJECT_ROOT
-from shared.messages import Cancel, Drain, Error, Heartbeat, Ready, Result, Score, decode, encode
+from shared.messages import Cancel, Drain, Error, Heartbeat, Ping, Ready, Result, Score, decode, encode
 
 WORKER = """
 import sys, time
 import worker.process as wp
 from shared.config import default_settings
+from shared.messages import SnapshotStats
 
 class NoCache:
     keys = ()
-    def stats(self): return {}
+    def stats(self): return SnapshotStats()
 
 class SlowEngine:
     max_batch_requests = 8
@@ -96,7 +97,7 @@ def test_sigterm_hands_the_queue_back_finishes_the_batch_and_exits_0(router):
     for rid in ("r1", "r2", "r3"):
         sock.send_multipart([ident, encode(score(rid))])
     # r1 running (counted in requests only), r2 and r3 queued (2 × 301 tokens)
-    receive(sock, lambda m: isinstance(m, Heartbeat) and (m.queued_requests, m.queued_tokens) == (3, 602))
+    receive(sock, lambda m: isinstance(m, Heartbeat) and (m.stats.queued_requests, m.stats.queued_tokens) == (3, 602))
     proc.send_signal(signal.SIGTERM)
     (drain,) = [m for m in receive(sock, lambda m: isinstance(m, Drain)) if isinstance(m, Drain)]
     assert drain.request_ids == ["r2", "r3"]  # r1 is running and will be answered
@@ -114,7 +115,7 @@ def test_cancel_drops_a_queued_request_and_says_so_but_lets_a_running_one_finish
     receive(sock, lambda m: isinstance(m, Ready))
     for rid in ("r1", "r2"):
         sock.send_multipart([ident, encode(score(rid))])
-    receive(sock, lambda m: isinstance(m, Heartbeat) and (m.queued_requests, m.queued_tokens) == (2, 301))
+    receive(sock, lambda m: isinstance(m, Heartbeat) and (m.stats.queued_requests, m.stats.queued_tokens) == (2, 301))
     for rid in ("r2", "r1"):
         sock.send_multipart([ident, encode(Cancel(request_id=rid))])
     got = receive(sock, lambda m: isinstance(m, Result))
@@ -179,14 +180,27 @@ def test_when_the_gateway_connection_drops_the_queued_requests_are_dropped_and_t
     receive(sock, lambda m: isinstance(m, Ready))
     for rid in ("r1", "r2", "r3"):
         sock.send_multipart([b"fake", encode(score(rid))])
-    receive(sock, lambda m: isinstance(m, Heartbeat) and m.queued_requests == 3)
+    receive(sock, lambda m: isinstance(m, Heartbeat) and m.stats.queued_requests == 3)
     endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
     sock.close(linger=0)  # the gateway is gone
     await_log_line(proc, "gateway connection lost; dropped 2 queued requests")
     successor = zmq.Context.instance().socket(zmq.ROUTER)
     successor.bind(endpoint)
     try:  # the worker comes back to the new gateway with nothing queued but what was running
-        beat = receive(successor, lambda m: isinstance(m, Heartbeat) and m.queued_requests == 0)[-1]
-        assert beat.stats["cancelled"] == 2
+        beat = receive(successor, lambda m: isinstance(m, Heartbeat) and m.stats.queued_requests == 0)[-1]
+        assert beat.stats.cancelled == 2
     finally:
         successor.close(linger=0)
+
+
+@pytest.mark.batch_pause(0)
+def test_a_message_only_a_worker_sends_is_ignored_and_a_ping_needs_no_answer(router):
+    sock, proc = router
+    receive(sock, lambda m: isinstance(m, Ready))
+    sock.send_multipart([b"fake", encode(Ping())])
+    sock.send_multipart([b"fake", encode(Result(request_id="x", margins=[], queue_ms=0.0, run_ms=0.0,
+                                                batch_requests=1, read_tokens=0))])
+    sock.send_multipart([b"fake", encode(score("r1"))])
+    got = receive(sock, lambda m: isinstance(m, Result))
+    assert got[-1].request_id == "r1" and all(isinstance(m, (Heartbeat, Result)) for m in got)
+    await_log_line(proc, "ignored a Result")

@@ -5,7 +5,7 @@ import threading
 import time
 from collections import deque
 
-from shared.messages import Error, Result
+from shared.messages import Error, ErrorCode, Result, Score
 from worker.engine import Job
 from worker.scheduler import Pending, Scheduler, take_batch
 
@@ -13,8 +13,15 @@ MAX_REQUESTS = 31  # as many as the real engine reads at once (Engine.max_batch_
 
 
 def pending(rid: str, tokens: int, deadline: float | None = None) -> Pending:
-    job = Job(prefix=[1] * tokens, suffixes=[[2, 3]], yes_ids=[4], no_ids=[5])
-    return Pending(rid, job, tokens, deadline if deadline is not None else time.time() + 60)
+    """A queued request of `tokens` tokens in all (a prefix and one one-token suffix)."""
+    return Pending.from_score(Score(request_id=rid, prefix=[1] * (tokens - 1), suffixes=[[2]], yes_ids=[4],
+                                    no_ids=[5], deadline=deadline if deadline is not None else time.time() + 60))
+
+
+def test_a_pending_request_is_its_score_with_the_engine_job_made_from_it():
+    item = pending("r", 10, deadline=123.0)
+    assert (item.request_id, item.deadline, item.tokens) == ("r", 123.0, 10)
+    assert (item.job.prefix, item.job.suffixes, item.job.yes_ids, item.job.no_ids) == ([1] * 9, [[2]], [4], [5])
 
 
 def ids(batch: list[Pending]) -> list[str]:
@@ -157,7 +164,7 @@ def test_engine_failure_answers_the_batch_with_errors_and_keeps_serving():
     out.wait(2)
     sched.stop()
     thread.join(5)
-    assert isinstance(out[0], Error) and out[0].code == "engine"
+    assert isinstance(out[0], Error) and out[0].code is ErrorCode.ENGINE
     assert isinstance(out[1], Result)
 
 
@@ -181,6 +188,6 @@ def test_clear_drops_every_queued_request_and_counts_them_cancelled():
 
     scheduler = Scheduler(Idle(), budget=384, max_requests=MAX_REQUESTS)
     for rid in ("a", "b"):
-        scheduler.submit(Pending(rid, Job(prefix=[1], suffixes=[[2]], yes_ids=[3], no_ids=[4]), 2, time.time() + 60))
+        scheduler.submit(pending(rid, 2))
     assert scheduler.clear() == ["a", "b"]
     assert scheduler.depth() == (0, 0) and scheduler.counters.cancelled == 2

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from shared.profiles import load_profile
-from shared.serving import mismatch, serving_facts
+from shared.serving import fingerprint, mismatch, serving_facts
 
 PROFILE = load_profile("gemma-3-270m")
 
@@ -41,3 +41,8 @@ def test_a_worker_with_the_learned_head_on_is_a_mismatch_for_a_gateway_without_i
     with_head = facts(profile=load_profile("gemma-3-270m", head=True))
     assert facts()["head"] == "none" and len(with_head["head"]) == 16
     assert mismatch(facts(), with_head) == f"head is {with_head['head']!r}, the gateway's is 'none'"
+
+
+def test_the_fingerprint_labels_profile_gguf_and_mode():
+    assert fingerprint(facts()) == f"gemma-3-270m:{'a' * 16}:deterministic"
+    assert fingerprint(facts(mode="fast")) != fingerprint(facts())

@@ -1,13 +1,22 @@
 """gateway/shedding.py: the 429 decided without reading, parsing or tokenizing, from the real
-Fleet's queues (a scripted worker over real ZeroMQ)."""
+Fleet's queues (a scripted worker over real ZeroMQ); and every refusal answered over HTTP by the
+app's error middleware."""
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import pytest
+import zmq.asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.errors import ApiError
+from gateway.app import create_app
+from gateway.capacity import NO_WORKER_RETRY_S, Unavailable
+from gateway.fleet import Fleet
 from gateway.shedding import refuse_if_full
+from jevfleet.harness.scripted_worker import ScriptedWorker
+from shared.profiles import load_profile
+from tests.inprocess import ByteTokenizer
 from tests.test_fleet import run, running, score, settings, until
 
 
@@ -18,9 +27,9 @@ def test_a_429_with_retry_after_once_no_queue_can_take_one_more_request(tmp_path
             refuse_if_full(fleet)  # room: nothing raised
             held = asyncio.create_task(fleet.submit(score("r1")))
             await until(lambda: fleet.workers["w"].queued_requests == 1, "r1 queued")
-            with pytest.raises(ApiError) as refused:
+            with pytest.raises(Unavailable) as refused:
                 refuse_if_full(fleet)
-            assert refused.value.status == 429 and int(refused.value.headers["Retry-After"]) >= 1
+            assert refused.value.status == 429 and refused.value.retry_after >= 1
             await w.answer(await w.recv())
             await held
             refuse_if_full(fleet)  # room again
@@ -35,10 +44,58 @@ def test_places_reserved_by_requests_past_the_door_count_as_taken(tmp_path):
             held = asyncio.create_task(fleet.submit(score("r1")))
             await until(lambda: fleet.workers["w"].queued_requests == 1, "r1 queued")
             refuse_if_full(fleet, reserved=1)  # 2 places free, 1 spoken for
-            with pytest.raises(ApiError) as refused:
+            with pytest.raises(Unavailable) as refused:
                 refuse_if_full(fleet, reserved=2)
             assert refused.value.status == 429
             await w.answer(await w.recv())
             await held
+
+    run(scenario())
+
+
+SMALL = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}
+
+
+@asynccontextmanager
+async def app_client(tmp_path, **changes):
+    """The real app over a Fleet with no worker yet, and a test client for it (no model)."""
+    s = settings(tmp_path, run_dir=str(tmp_path), **changes)
+    profile = load_profile(s.profile)
+    tokenizer = ByteTokenizer(profile)
+    fleet = Fleet(s, preamble_tokens=tokenizer.preamble_tokens)
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"GGUF stand-in")
+    app = create_app(s, profile=profile, model_file=model_file, tokenizer=tokenizer, fleet=fleet)
+    async with TestClient(TestServer(app)) as client:
+        yield client, fleet
+
+
+def test_refusals_become_http_in_one_place_with_retry_after_and_server_timing(tmp_path):
+    async def scenario() -> None:
+        async with app_client(tmp_path, queue_requests=1) as (client, fleet):
+            resp = await client.post("/v1/systemone", json=SMALL)  # no worker up: 503 at submit
+            assert resp.status == 503 and resp.headers["Retry-After"] == str(NO_WORKER_RETRY_S)
+            assert await resp.json() == {"detail": {"error_type": "overloaded", "message": "no worker is available"}}
+            phases = [p.split(";")[0] for p in resp.headers["Server-Timing"].split(", ")]
+            assert phases == ["parse", "validate", "tokenize", "total"]
+
+            ctx = zmq.asyncio.Context()
+            w = await ScriptedWorker(ctx, fleet.endpoint, "w").start()
+            try:
+                await until(lambda: "w" in fleet.workers and fleet.workers["w"].up, "w up")
+                held = asyncio.create_task(client.post("/v1/systemone", json=SMALL))
+                score = await w.recv()
+                resp = await client.post("/v1/systemone", json=SMALL)  # the one place is taken: 429 at the door
+                assert resp.status == 429 and int(resp.headers["Retry-After"]) >= 1
+                assert (await resp.json())["detail"]["message"] == "every worker's queue is full"
+                assert [p.split(";")[0] for p in resp.headers["Server-Timing"].split(", ")] == ["total"]
+                await w.answer(score, run_ms=5.0)
+                answered = await held
+                timings = dict(p.split(";dur=") for p in answered.headers["Server-Timing"].split(", "))
+                assert answered.status == 200 and float(timings["inference"]) == 5.0
+                assert float(timings["outside"]) >= 0
+            finally:
+                w.close()
+                ctx.term()
 
     run(scenario())

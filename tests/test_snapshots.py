@@ -50,7 +50,7 @@ def test_a_repeated_state_is_read_once_and_the_preamble_always_hits():
     again = run_batch(cache, cells, [state(1)])
     assert again.reused == [len(state(1))] and again.reads == []
     s = cache.stats()
-    assert (s["hits"], s["misses"], s["reused_tokens"]) == (1, 1, len(PREAMBLE) + len(state(1)))
+    assert (s.hits, s.misses, s.reused_tokens) == (1, 1, len(PREAMBLE) + len(state(1)))
     assert prefix_key(state(1)) in cache.keys and prefix_key(PREAMBLE) in cache.keys
 
 
@@ -216,7 +216,7 @@ def test_answers_are_bit_identical_fresh_cold_warm_alone_and_batched(fresh, cach
             served_from_snapshot += job.reused > len(cached.cache.entries[0].tokens)
         check_cache(cached)
     stats = cached.cache.stats()
-    assert served_from_snapshot >= 5 and stats["hits"] >= 5 and stats["relocations"] >= 1, stats
+    assert served_from_snapshot >= 5 and stats.hits >= 5 and stats.relocations >= 1, stats
 
 
 @pytest.mark.model

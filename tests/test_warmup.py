@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from jevfleet.harness.engine import default_model, make_job, new_engine
-from shared.messages import Result
+from shared.messages import Result, Score
 from tests.test_scheduler import Collector
 from worker.engine import Engine
 from worker.pieces import piece_sizes
@@ -90,7 +90,8 @@ def test_a_request_arriving_during_idle_warmup_is_answered(engine):
     try:
         assert warming.wait(60), "idle warmup never started"
         again = make_job(engine, "The train to Porto left twenty minutes late.", ["Was the train late?"])
-        sched.submit(Pending("r1", again, 10, deadline=float("inf")))
+        sched.submit(Pending.from_score(Score(request_id="r1", prefix=again.prefix, suffixes=again.suffixes,
+                                              yes_ids=again.yes_ids, no_ids=again.no_ids, deadline=float("inf"))))
         out.wait(1, timeout=120)
     finally:
         sched.stop()

@@ -18,12 +18,15 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
+import msgspec
 import zmq
 
 from shared import curve
 from shared.config import Settings
-from shared.messages import Cancel, Drain, Error, Heartbeat, Message, Ready, Score, decode, encode
+from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score, WorkerStats,
+                             decode, encode)
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile, preamble_tokens
 from shared.serving import serving_facts
@@ -67,22 +70,21 @@ class WorkerProcess:
         self.scheduler: Scheduler | None = None
         self.serves: dict[str, str] = {}  # shared/serving.py, computed by the model thread
         self._stop = threading.Event()
+        self._handlers: dict[type[Message], Callable[[Any], Message | None]] = {
+            Score: self._on_score, Cancel: self._on_cancel, Ping: lambda _: None}
 
     def status(self, kind: type[Ready] = Heartbeat) -> Ready:
         tokens, requests = self.scheduler.depth()
+        counters = msgspec.structs.asdict(self.scheduler.counters)
         return kind(
             worker_id=self.worker_id,
             pid=os.getpid(),
             cores=self.cores,
-            model=self.profile.name,
-            model_sha256=self.model_sha256,
-            fingerprint=f"{self.profile.name}:{self.model_sha256[:16]}:{self.settings.mode}",  # a label; serves decides
-            queued_tokens=tokens,
-            queued_requests=requests,
-            snapshot_keys=list(self.engine.cache.keys),
-            stats={**vars(self.scheduler.counters), "state_snapshots": self.engine.cache.stats()},
-            draining=self._stop.is_set(),
             serves=self.serves,
+            snapshot_keys=frozenset(self.engine.cache.keys),
+            stats=WorkerStats(**counters, queued_tokens=tokens, queued_requests=requests,
+                              state_snapshots=self.engine.cache.stats()),
+            draining=self._stop.is_set(),
         )
 
     def _load(self) -> Scheduler:
@@ -111,15 +113,25 @@ class WorkerProcess:
         finally:
             push.close(linger=1000)
 
+    def _on_score(self, msg: Score) -> Message | None:
+        if self._stop.is_set():
+            return Error(request_id=msg.request_id, code=ErrorCode.DRAINING, message="worker is stopping")
+        self.scheduler.submit(Pending.from_score(msg))
+        return None
+
+    def _on_cancel(self, msg: Cancel) -> Message | None:
+        if self.scheduler.cancel(msg.request_id):
+            return Error(request_id=msg.request_id, code=ErrorCode.CANCELLED, message="dropped before it ran")
+        return None  # running or answered already: its answer comes, or came, as usual
+
     def _on_message(self, msg: Message) -> Message | None:
-        """Act on a gateway message; returns the reply to send, if any."""
-        if isinstance(msg, Score):
-            if self._stop.is_set():
-                return Error(request_id=msg.request_id, code="draining", message="worker is stopping")
-            self.scheduler.submit(Pending.from_score(msg))
-        elif isinstance(msg, Cancel) and self.scheduler.cancel(msg.request_id):
-            return Error(request_id=msg.request_id, code="cancelled", message="dropped before it ran")
-        return None  # Ping needs no answer: the gateway only wanted to know the link is up
+        """Act on a gateway message by its type; returns the reply to send, if any. A Ping needs
+        none: the gateway only learns whether the send reached us."""
+        handler = self._handlers.get(type(msg))
+        if handler is None:
+            log.warning("%s: ignored a %s, which only a worker sends", self.worker_id, type(msg).__name__)
+            return None
+        return handler(msg)
 
     def _gateway_lost(self) -> None:
         """The connection to the gateway dropped: it died (its successor knows nothing of what

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from shared.messages import Error, Message, Result, Score
+from shared.messages import Error, ErrorCode, Message, Result, SchedulerCounters, Score
 from worker.engine import Job
 
 
@@ -26,16 +26,26 @@ class EngineLike(Protocol):
 
 @dataclass
 class Pending:
-    request_id: str
+    """A Score waiting for its batch, with the engine's view of it (margins land there)."""
+
+    score: Score
     job: Job
     tokens: int  # all its tokens (queue depth); the budget uses the engine's estimate
-    deadline: float  # time.time()
     enqueued: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def from_score(cls, msg: Score) -> Pending:
-        job = Job(prefix=msg.prefix, suffixes=msg.suffixes, yes_ids=msg.yes_ids, no_ids=msg.no_ids)
-        return cls(msg.request_id, job, len(msg.prefix) + sum(len(s) for s in msg.suffixes), msg.deadline)
+    def from_score(cls, score: Score) -> Pending:
+        job = Job(prefix=score.prefix, suffixes=score.suffixes, yes_ids=score.yes_ids, no_ids=score.no_ids)
+        return cls(score, job, len(score.prefix) + sum(len(s) for s in score.suffixes))
+
+    @property
+    def request_id(self) -> str:
+        return self.score.request_id
+
+    @property
+    def deadline(self) -> float:
+        """time.time() after which the answer is useless."""
+        return self.score.deadline
 
 
 def take_batch(queue: deque[Pending], budget: int,
@@ -53,23 +63,13 @@ def take_batch(queue: deque[Pending], budget: int,
     return batch
 
 
-@dataclass
-class Counters:
-    batches: int = 0
-    requests: int = 0
-    batched_requests: int = 0  # requests that shared an engine call with another request
-    tokens_read: int = 0
-    expired: int = 0
-    cancelled: int = 0
-
-
 class Scheduler:
     def __init__(self, engine: EngineLike, *, budget: int, max_requests: int) -> None:
         """budget: the batch_tokens setting; max_requests: the requests the engine can read at once."""
         self.engine = engine
         self.budget = budget
         self.max_requests = max_requests  # sequences the engine can hold at once
-        self.counters = Counters()
+        self.counters = SchedulerCounters()
         self._queue: deque[Pending] = deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -140,7 +140,7 @@ class Scheduler:
                 more_idle_work = idle()
                 continue
             for item in expired:
-                emit(Error(request_id=item.request_id, code="expired", message="deadline passed in queue"))
+                emit(Error(request_id=item.request_id, code=ErrorCode.EXPIRED, message="deadline passed in queue"))
             if batch:
                 self._run_batch(batch, emit)
 
@@ -161,7 +161,7 @@ class Scheduler:
             read = self.engine.run([item.job for item in batch])
         except Exception as exc:  # an engine fault answers the batch; the worker lives on
             for item in batch:
-                emit(Error(request_id=item.request_id, code="engine", message=str(exc)))
+                emit(Error(request_id=item.request_id, code=ErrorCode.ENGINE, message=str(exc)))
             return
         run_ms = (time.monotonic() - started) * 1000
         c = self.counters
@@ -177,5 +177,4 @@ class Scheduler:
                 run_ms=run_ms,
                 batch_requests=len(batch),
                 read_tokens=read,
-                reused_tokens=item.job.reused,
             ))

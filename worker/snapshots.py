@@ -28,7 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from shared.messages import prefix_key
+import msgspec
+
+from shared.messages import SnapshotStats, prefix_key
 
 MIN_TOKENS = 32  # shorter prefixes are not worth a sequence
 
@@ -51,14 +53,6 @@ class Entry:
     pinned: bool = False
     used: int = 0  # LRU clock value of the last use
     placed: int = 0  # epoch in which its cells were placed
-
-
-@dataclass
-class Counters:
-    hits: int = 0  # prefixes that reused a kept state beyond the pinned preamble
-    misses: int = 0
-    reused_tokens: int = 0  # prefix tokens not read thanks to a snapshot (preamble included)
-    relocations: int = 0  # batches that had to move kept prefixes back into position order
 
 
 @dataclass
@@ -100,7 +94,7 @@ class SnapshotCache:
         self.min_tokens = min_tokens
         self.n_swa = n_swa  # sliding window of the model's SWA layers (0: none)
         self.token_bytes = 0  # KV bytes per kept token, measured when the preamble is pinned
-        self.counters = Counters()
+        self.counters = SnapshotStats()  # its hits, misses, reused_tokens and relocations count here
         self.epoch = 0
         self.tokens = 0
         self.keys: tuple[str, ...] = ()  # replaced whole, so other threads may read it
@@ -116,12 +110,11 @@ class SnapshotCache:
     def entries(self) -> list[Entry]:
         return list(self._entries)
 
-    def stats(self) -> dict[str, int]:
-        c = self.counters
-        return {"kept": len(self._entries), "max": self.max_entries, "tokens": self.tokens,
-                "max_tokens": self.max_tokens, "hits": c.hits, "misses": c.misses,
-                "reused_tokens": c.reused_tokens, "bytes": self.tokens * self.token_bytes,
-                "relocations": c.relocations}
+    def stats(self) -> SnapshotStats:
+        """The counters with the cache's present size filled in (a copy: heartbeats carry it)."""
+        return msgspec.structs.replace(self.counters, kept=len(self._entries), max=self.max_entries,
+                                       tokens=self.tokens, max_tokens=self.max_tokens,
+                                       bytes=self.tokens * self.token_bytes)
 
     # --- lookups (no side effects) ----------------------------------------------------------
     def _window_ok(self, entry: Entry, n: int) -> bool:

@@ -32,8 +32,8 @@ class ScriptedWorker:
         self._beat: asyncio.Task | None = None
 
     def status(self, kind: type[Ready] = Heartbeat, **extra) -> Ready:
-        return kind(worker_id=self.worker_id, pid=self.pid, cores=self.cores, model="m", model_sha256="sha",
-                    fingerprint="fp", snapshot_keys=self.snapshot_keys, serves=self.serves, **extra)
+        return kind(worker_id=self.worker_id, pid=self.pid, cores=self.cores, serves=self.serves,
+                    snapshot_keys=frozenset(self.snapshot_keys), **extra)
 
     async def send(self, msg: Message) -> None:
         await self.sock.send(encode(msg))
