@@ -17,16 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.fleet import ROOT, post_json, start_fleet
-
-WORKLOADS = ROOT / "loadtest" / "workloads.json"
+from jevfleet.harness.fleet import start_fleet
+from jevfleet.harness.net import post_json
+from loadtest import workloads
+from shared.config import PROJECT_ROOT
 
 
 def requests(workload: str, lines: int) -> list[dict]:
-    items = json.loads(WORKLOADS.read_text())["workloads"][workload]
-    return [{"model": "jev-latest", "state": item["state"],
-             "questions": {"q": {"type": "noul", "instructions": item["question"]}}}
-            for item in itertools.islice(itertools.cycle(items), lines)]
+    return [workloads.decision_body(item) for item in itertools.islice(itertools.cycle(workloads.load(workload)), lines)]
 
 
 def main() -> None:
@@ -41,7 +39,7 @@ def main() -> None:
         infile.write_text("".join(json.dumps(r) + "\n" for r in reqs))
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", "jevfleet", "decide", "--jsonl", str(infile), "--output",
-                        str(outfile)], cwd=ROOT, check=True)
+                        str(outfile)], cwd=PROJECT_ROOT, check=True)
         offline_s = time.monotonic() - started
 
         (tmpdir / "fleet").mkdir()

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from bench.engine import median_ms, model, new_engine
-from gateway.metrics import SERVER_TIMING_ENTRY
+from jevfleet.harness.fleet import start_fleet
+from jevfleet.harness.net import post_json, server_timing
 from loadtest import workloads
-from tests.fleet import post_json, start_fleet
 from worker.warmup import make_job
 
 SHAPES = ((2,), (16,), (48,), (16, 16, 16))
@@ -47,7 +47,7 @@ def calls(mode: str, reps: int) -> dict[str, float]:
     def read(shape: tuple[int, ...]) -> None:
         at = 0
         for n in shape:
-            engine._read([(0, at, tokens[at:at + n], None)], None)
+            engine._read([((0,), at, tokens[at:at + n], None)], None)
             at += n
         engine.remove(0)
 
@@ -64,7 +64,7 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
     profile, items = model()[0], workloads.load("W1")
     out = {}
     for ctx, snapshot_tokens in CACHES:
-        engine = new_engine(mode=mode, ctx=ctx, cache_tokens=snapshot_tokens)
+        engine = new_engine(mode=mode, ctx=ctx, state_cache_tokens=snapshot_tokens)
         inner, decode_ms = engine._read, [0.0]
 
         def timed(items, on_logits):
@@ -90,7 +90,7 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
 def other_thread(mode: str, reps: int) -> tuple[float, float]:
     """(load thread, another thread) medians of W1 requests, at the default ctx and cache."""
     profile, items = model()[0], workloads.load("W1")[: reps + WARM_RUNS]
-    engine = new_engine(mode=mode, ctx=8192, cache_tokens=8192)
+    engine = new_engine(mode=mode, ctx=8192, state_cache_tokens=8192)
 
     def median_run() -> float:
         runs = []
@@ -125,8 +125,7 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
                 status, headers, body = post_json(fleet.url + "/v1/systemone", workloads.decision_body(item))
                 walls.append((time.perf_counter() - start) * 1000)
                 assert status == 200, body
-                phases = dict(SERVER_TIMING_ENTRY.findall(headers["Server-Timing"]))
-                inference.append(float(phases["inference"]))
+                inference.append(server_timing(headers)["inference"])
         finally:
             fleet.stop()
     return statistics.median(walls[WARM_RUNS:]), statistics.median(inference[WARM_RUNS:])

@@ -20,15 +20,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import psutil
 
 from gateway.answers import sigmoid
+from jevfleet.harness.engine import model_of, new_engine as harness_engine
 from shared.config import load_settings
 from shared.messages import Result
-from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile, preamble_tokens
+from shared.profiles import Profile
 from worker.engine import Engine, Job
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IdleWarmup, make_job, startup_warmup
@@ -38,21 +38,14 @@ Row = tuple[str, str, str]  # (part, what, figure)
 
 
 def model() -> tuple[Profile, Path]:
-    settings = load_settings()
-    profile = load_profile(settings.profile)
-    return profile, resolve_model(profile, settings.cache_path, settings.model)
+    """The configured profile and GGUF (conf file and JEV_* environment)."""
+    return model_of(load_settings())
 
 
-def new_engine(*, mode: str = "deterministic", cache: int = 16, cache_tokens: int = 8192,
-               ctx: int = 2048, pin: bool = True) -> Engine:
-    """An engine as a worker builds it (threads as one worker of the default fleet)."""
-    settings = load_settings()
-    profile, path = model()
-    engine = Engine(path, ctx=ctx, threads=settings.threads or settings.cores_per_worker,
-                    deterministic=mode == "deterministic", state_cache=cache, state_cache_tokens=cache_tokens)
-    if pin:
-        engine.pin(preamble_tokens(engine.tokenize, profile))
-    return engine
+def new_engine(*, ctx: int = 2048, pin: bool = True, **changes: Any) -> Engine:
+    """An engine as a worker builds it from the configured settings with this benchmark's ctx and
+    `changes` (mode, state_cache ...), threads as one worker of the default fleet."""
+    return harness_engine(load_settings(), ctx=ctx, pin_preamble=pin, **changes)
 
 
 @dataclass(frozen=True)
@@ -118,7 +111,7 @@ def with_prefix_length(job: Job, length: int, keep: int) -> Job:
 # --- (1) batching ------------------------------------------------------------------------------
 def part_batching(reps: int) -> list[Row]:
     profile, _ = model()
-    engine = new_engine(cache=0, pin=False)  # every token is read: the batch is what is measured
+    engine = new_engine(state_cache=0, pin=False)  # every token is read: the batch is what is measured
     engine.run([sized_job(engine, profile, 64, 99)])  # load pages, shapes
     rows = []
     for count, size in ((4, 64), (3, 120), (8, 32)):
@@ -136,7 +129,7 @@ def part_snapshots(reps: int) -> list[Row]:
     profile, _ = model()
     states = [item["state"] for item in WORKLOADS["W2"]]
     questions = WORKLOADS["W3"]["questions"][:4]
-    plain = new_engine(cache=0, pin=False)
+    plain = new_engine(state_cache=0, pin=False)
     cached = new_engine()
     job = lambda e, k, qs=questions: make_job(e, profile, states[k % len(states)], qs)
     plain.run([job(plain, 0)])  # pages and shapes, both engines
@@ -181,7 +174,7 @@ def part_first_request(warmup: str) -> list[Row]:
     if warmup in ("startup", "full"):
         spent = ms(lambda: startup_warmup(engine, profile))
     if warmup == "full":
-        idle = IdleWarmup(engine, max_length=384, stop=lambda: False)
+        idle = IdleWarmup(engine, max_length=load_settings().batch_tokens, stop=lambda: False)
         rest = ms(lambda: [None for _ in iter(idle, False)])
         spent = Took(spent.wall + rest.wall, spent.cpu + rest.cpu)
     keep = len(engine.cache.entries[0].tokens)
@@ -204,13 +197,13 @@ def part_during_idle(reps: int) -> list[Row]:
     engine.run([job()])
 
     def latency(warming: bool) -> float:
-        sched = Scheduler(engine, budget=384, max_requests=engine.max_batch_requests)
+        sched = Scheduler(engine, budget=load_settings().batch_tokens, max_requests=engine.max_batch_requests)
         done = threading.Event()
         started = threading.Event()
         idle = None
         if warming:
             engine.seen_shapes.clear()
-            idle = IdleWarmup(engine, max_length=384, stop=sched.waiting)
+            idle = IdleWarmup(engine, max_length=load_settings().batch_tokens, stop=sched.waiting)
             warm_call = engine.warm_call
 
             def signalling_warm_call(rows: int, stop: Callable[[], bool]) -> bool:
@@ -247,7 +240,7 @@ def part_memory(cache: bool, fill: int) -> list[Row]:
     rss = lambda: psutil.Process().memory_info().rss / 2**20
     before = rss()
     if not cache:
-        new_engine(cache=0, pin=False)
+        new_engine(state_cache=0, pin=False)
         return [("4 memory", "engine RSS without snapshots (ctx 2048)", f"{rss() - before:.0f} MB")]
     engine = new_engine()
     empty = rss()
@@ -292,7 +285,7 @@ def path_deviation(engine: Engine, profile: Profile) -> str:
     """The same questions answered from a fresh read (no snapshots at all), then cold, warm and
     inside batches on `engine`: the largest difference in P(yes) from the fresh read."""
     states, questions = WORKLOADS["W3"]["states"][1:3], WORKLOADS["W3"]["questions"][4:7]
-    plain = new_engine(mode="deterministic" if engine.deterministic else "fast", cache=0, pin=False)
+    plain = new_engine(mode="deterministic" if engine.deterministic else "fast", state_cache=0, pin=False)
     fresh = {}
     for state in states:
         job = make_job(plain, profile, state, questions)

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.gateway_overhead import percentile
 from bench.instant_worker import InstantGateway, start_gateway
-from gateway.metrics import SERVER_TIMING_ENTRY
+from jevfleet.harness.net import server_timing
+from jevfleet.harness.stats import percentile
 
 # One default worker (2 cores) on W1 at 8 closed-loop users: README, `make loadtest`.
 WORKER_W1_RATE = 8.22
@@ -79,7 +79,7 @@ async def closed_loop(urls: list[str], bodies: list[bytes], clients: int, second
                 async with session.post(url, data=bodies[i % len(bodies)],
                                         headers={"Content-Type": "application/json"}) as resp:
                     await resp.read()
-                    timing = dict(SERVER_TIMING_ENTRY.findall(resp.headers.get("Server-Timing", "")))
+                    timing = server_timing(resp.headers)
                     status = resp.status
                 done = time.perf_counter()
                 i += clients
@@ -90,7 +90,7 @@ async def closed_loop(urls: list[str], bodies: list[bytes], clients: int, second
                     continue
                 run.answers += 1
                 run.round_trip_ms.append((done - start) * 1000)
-                run.gateway_ms.append(float(timing["total"]))
+                run.gateway_ms.append(timing["total"])
 
         await asyncio.gather(*(client(k) for k in range(clients)))
     return run

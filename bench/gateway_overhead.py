@@ -20,6 +20,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bench.instant_worker import start_gateway
+from jevfleet.harness.net import server_timing
+from jevfleet.harness.stats import percentile
 
 GATEWAY_PHASES = ("parse", "validate", "tokenize", "respond")
 SHORT = {"model": "jev-latest", "state": "I was charged twice for the same order.", "questions": {
@@ -46,17 +48,12 @@ def measure(url: str, body: dict, n: int) -> list[dict[str, float]]:
         round_trip = (time.perf_counter() - start) * 1000
         if resp.status != 200:
             raise RuntimeError(f"status {resp.status}")
-        phases = {k: float(v) for k, v in (p.split(";dur=") for p in resp.getheader("Server-Timing").split(", "))}
+        phases = server_timing(resp.headers)
         phases["overhead"] = sum(phases[p] for p in GATEWAY_PHASES)
         phases["round trip"] = round_trip
         samples.append(phases)
     conn.close()
     return samples
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
 def table(results: dict[str, list[dict[str, float]]]) -> str:

@@ -1,5 +1,6 @@
-"""Workers that answer every request at once: real DEALER sockets speaking the real messages
-(shared/messages.py), no model. Benchmarks use them to measure the gateway alone, with as many
+"""Workers that answer every request at once: the harness's scripted workers
+(jevfleet/harness/scripted_worker.py: real DEALER sockets speaking the real messages, no model),
+in a process of their own. Benchmarks use them to measure the gateway alone, with as many
 registered workers as a big fleet would have. A benchmark stand-in, never part of the product.
 
     .venv/bin/python -m bench.instant_worker --endpoint ipc:///tmp/x/workers.ipc --workers 64
@@ -10,13 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +22,11 @@ import psutil
 import zmq
 import zmq.asyncio
 
-from tests.fake_worker import FakeWorker
-from tests.fleet import ROOT, free_port
+from jevfleet.harness.fleet import wait_healthy
+from jevfleet.harness.net import free_port
+from jevfleet.harness.processes import stop_processes
+from jevfleet.harness.scripted_worker import ScriptedWorker
+from shared.config import PROJECT_ROOT
 
 HEARTBEAT_S = 0.5  # the fleet's default heartbeat period
 
@@ -36,7 +37,7 @@ async def serve(endpoint: str, workers: int, prefix: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    fleet = [FakeWorker(ctx, endpoint, f"{prefix}w{n:03d}", pid=os.getpid(), cores=(0,)) for n in range(workers)]
+    fleet = [ScriptedWorker(ctx, endpoint, f"{prefix}w{n:03d}", pid=os.getpid(), cores=(0,)) for n in range(workers)]
     for worker in fleet:
         await worker.start(beat_s=HEARTBEAT_S)
     tasks = [asyncio.create_task(w.answer_every_score()) for w in fleet]
@@ -67,46 +68,25 @@ class InstantGateway:
         return cpu_s(self.workers.pid)
 
     def stop(self) -> None:
-        for proc in (self.workers, self.proc):
-            proc.terminate()
-        for proc in (self.workers, self.proc):
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-def wait_ready(url: str, timeout: float = 120) -> None:
-    host, port = url.removeprefix("http://").split(":")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection(host, int(port), timeout=5)
-            conn.request("GET", "/health")
-            resp = conn.getresponse()
-            if resp.status == 200 and json.loads(resp.read()).get("status") == "ready":
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} not ready after {timeout}s")
+        stop_processes([self.workers, self.proc], timeout=60)
 
 
 def start_gateway(run_dir: Path, workers: int, *flags: str) -> InstantGateway:
     """`jevfleet gateway` (with extra settings flags) and `workers` instant workers, ready."""
     run_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    log = open(run_dir / "gateway.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "jevfleet", "gateway", "--port", str(port), "--workers",
-                             str(workers), "--run-dir", str(run_dir), *flags],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    stand_in = subprocess.Popen([sys.executable, "-m", "bench.instant_worker", "--endpoint",
-                                 f"ipc://{run_dir}/workers.ipc", "--workers", str(workers)],
-                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log_path = run_dir / "gateway.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "jevfleet", "gateway", "--port", str(port), "--workers",
+                                 str(workers), "--run-dir", str(run_dir), *flags],
+                                cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        stand_in = subprocess.Popen([sys.executable, "-m", "bench.instant_worker", "--endpoint",
+                                     f"ipc://{run_dir}/workers.ipc", "--workers", str(workers)],
+                                    cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
     gateway = InstantGateway(f"http://127.0.0.1:{port}", proc, stand_in)
     try:
-        wait_ready(gateway.url)
-    except Exception:
+        wait_healthy(gateway.url, proc=proc, logs=lambda: log_path.read_text()[-3000:])
+    except BaseException:
         gateway.stop()
         raise
     return gateway

@@ -14,25 +14,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.fleet import post_json, start_fleet
+from jevfleet.harness.fleet import start_fleet
+from jevfleet.harness.load import rss_kb
+from jevfleet.harness.net import post_json, server_timing
+from jevfleet.harness.stats import percentile
 
 EXAMPLE = {
     "model": "jev-latest",
     "state": "I was charged twice for the same order.",
     "questions": {"billing": {"type": "noul", "instructions": "Is this a billing problem?"}},
 }
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def main() -> None:
@@ -51,15 +42,15 @@ def main() -> None:
                 status, headers, body = post_json(fleet.url + "/v1/systemone", EXAMPLE)
                 walls.append((time.perf_counter() - t) * 1000)
                 assert status == 200, body
-                for part in headers["Server-Timing"].split(", "):
-                    name, dur = part.split(";dur=")
-                    phases.setdefault(name, []).append(float(dur))
+                for name, ms in server_timing(headers).items():
+                    phases.setdefault(name, []).append(ms)
             _, health = fleet.health()
             worker_pid = health["workers"][0]["pid"]
             print(f"README example, {args.n} sequential requests, input_tokens={body['usage']['input_tokens']}")
-            print(f"wall ms: p50 {pct(walls, .5):.0f}  p90 {pct(walls, .9):.0f}  p99 {pct(walls, .99):.0f}")
+            print(f"wall ms: p50 {percentile(walls, .5):.0f}  p90 {percentile(walls, .9):.0f}  "
+                  f"p99 {percentile(walls, .99):.0f}")
             print("Server-Timing medians (ms): " + json.dumps({k: round(statistics.median(v), 2) for k, v in phases.items()}))
-            print(f"worker RSS: {rss_mb(worker_pid):.0f} MB")
+            print(f"worker RSS: {rss_kb(worker_pid) / 1024:.0f} MB")
         finally:
             fleet.stop()
 

@@ -101,7 +101,7 @@ def main() -> int:
         start = time.monotonic()
         runner = LocalRunner(settings, dataclasses.replace(base, scale=1.0, bias=0.0, **chosen[name]))
         outcomes, skipped = ask_all(runner, items, desc=name)
-        preamble = len(runner.tok.encode(runner.profile.preamble, bos=runner.profile.add_bos))
+        preamble = len(runner.tokenizer.encode(runner.profile.preamble, bos=runner.profile.add_bos))
         runner.close()
         raw = summarize(name, outcomes)
         m = np.array([o.margin for o in outcomes])

@@ -17,8 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from tests.fleet import start_fleet
-from tests.load import closed_loop, decision, percentile, post, states
+from jevfleet.harness.fleet import start_fleet
+from jevfleet.harness.load import closed_loop, decision, post, states
+from jevfleet.harness.stats import percentile
 
 
 def measure(workers: int, threads: int, *, clients: int, duration: float, warmup: int) -> dict:

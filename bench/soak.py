@@ -21,14 +21,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import aiohttp
 
-from tests.fleet import free_port, start_fleet
-from tests.load import decision, percentile, program_pid, rss_kb, states
+from jevfleet.harness.fleet import start_fleet
+from jevfleet.harness.load import decision, program_pid, rss_kb, states
+from jevfleet.harness.net import free_port, probe, server_timing
+from jevfleet.harness.processes import stop_process, wait_until
+from jevfleet.harness.stats import percentile
 
 PATH = "/v1/systemone"
 
@@ -59,10 +61,8 @@ class Tally:
             return
         self.status[status] += 1
         self.latency.setdefault(status, []).append((time.perf_counter() - started) * 1000)
-        for entry in headers.get("Server-Timing", "").split(", "):
-            name, _, dur = entry.partition(";dur=")
-            if dur:
-                self.server_ms.setdefault(status, {}).setdefault(name, []).append(float(dur))
+        for name, ms in server_timing(headers).items():
+            self.server_ms.setdefault(status, {}).setdefault(name, []).append(ms)
         if status in (429, 503) and not headers.get("Retry-After"):
             self.no_retry_after += 1
 
@@ -109,19 +109,11 @@ def floor_burst(payloads: list[bytes], n: int) -> Tally:
     server = subprocess.Popen([sys.executable, "-m", "bench.refuse_all", "--port", str(port)])
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("bench.refuse_all did not start")
-                time.sleep(0.05)
+        wait_until(lambda: probe("GET", url + "/health")[0], "bench.refuse_all serving", timeout=30, every=0.05,
+                   done=lambda status: status == 200, proc=server)
         return asyncio.run(burst(url, payloads, n))
     finally:
-        server.terminate()
-        server.wait(10)
+        stop_process(server, timeout=10)
 
 
 def report_burst(name: str, b: Tally, n: int) -> None:

@@ -18,9 +18,11 @@ MAX_RETRY_AFTER_S = 60
 
 @dataclass(frozen=True)
 class Limits:
-    queue_tokens: int = 4096
-    queue_requests: int = 32
-    affinity_slack_tokens: int = 384
+    """The settings of the same names (shared/config.py), which hold their defaults."""
+
+    queue_tokens: int
+    queue_requests: int
+    affinity_slack_tokens: int
 
 
 class Loaded(Protocol):

@@ -20,7 +20,7 @@ class PrefixMemory:
     """The prefix keys most recently sent to one worker, a bounded LRU sized like the worker's
     snapshot cache: what it probably still holds even if it does not advertise snapshots."""
 
-    def __init__(self, size: int = 16) -> None:
+    def __init__(self, size: int) -> None:
         self.size = size
         self._keys: OrderedDict[str, None] = OrderedDict()
 

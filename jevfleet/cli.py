@@ -1,67 +1,38 @@
 """The `jevfleet` command: serve (the whole fleet, or one role of it, under supervisord), gateway,
 worker, keys, haproxy-conf, decide, and the answer-quality tools eval and calibrate (quality/).
 
-Every setting of conf/jevfleet.toml is also a flag of every subcommand (--batch-tokens for
-batch_tokens ...), so one table documents them all.
+Every setting (shared/config.py) is also a flag of every subcommand (--batch-tokens for
+batch_tokens ...), generated with its type and help from the settings model.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from dataclasses import fields
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence, get_args, get_origin
 
-from shared.config import Settings, load_settings
+from shared.config import (CONFIG_ENV, DEFAULT_CONFIG, PROJECT_ROOT, Settings, SettingsError, default_text, env_var,
+                           load_settings)
 
 CALIBRATION_SETS = ("eval/yesno.jsonl", "eval/generated.jsonl")  # hand-written + templated (eval/README.md)
 
-HELP = {
-    "host": "address the HTTP gateway listens on (default 127.0.0.1)",
-    "port": "HTTP port (default 8017)",
-    "max_body_bytes": "request body limit after decompression, bytes (default 4 MiB)",
-    "deadline_s": "seconds a request may wait before it is answered 503 (default 30)",
-    "tokenizer_threads": "gateway threads that tokenize (default 2)",
-    "role": "what serve runs on this host: all (gateway + workers), gateway, or workers (default all)",
-    "workers": "worker processes; 0 = one per --cores-per-worker cores (default 0)",
-    "cores_per_worker": "cores each worker is pinned to (default 2)",
-    "endpoint": "ZeroMQ endpoint of the gateway (default ipc://<run-dir>/workers.ipc)",
-    "heartbeat_s": "worker heartbeat period, seconds (default 0.5)",
-    "dead_after_s": "a worker silent this long is taken out of service (default 2)",
-    "queue_tokens": "tokens a worker's queue may make it read before 429; kept prefixes not counted (default 4096)",
-    "queue_requests": "requests queued per worker at most before 429 (default 32)",
-    "affinity_slack_tokens": "a worker holding the state prefix gets the request while its queue is "
-                             "at most this many tokens longer than the least loaded (default 384)",
-    "affinity_memory": "state prefixes the gateway remembers per worker (default 16)",
-    "curve_key": "this process's CURVE secret key file (from `jevfleet keys`)",
-    "curve_server_key": "worker: the gateway's CURVE public key file",
-    "curve_clients": "gateway: directory of worker CURVE public key files it accepts",
-    "run_dir": "supervisord socket, pid file and logs (default /tmp/jevfleet-<port>, "
-               "/tmp/jevfleet-<port>-workers for role workers)",
-    "profile": "model profile name (conf/models/NAME.toml) or path to a .toml",
-    "model": "GGUF file overriding the profile's model",
-    "ctx": "longest prompt of one question, tokens (default 8192)",
-    "batch_tokens": "token budget of one scheduler batch (default 384)",
-    "threads": "llama.cpp threads per worker; 0 = its core count (default 0)",
-    "mode": "deterministic (same answer on every path, default) or fast",
-    "state_cache": "state snapshots kept per worker; 0 = off (default 16)",
-    "state_cache_tokens": "tokens all state snapshots may hold together (default 8192)",
-    "warmup": "1 = warm up at start and in idle time, 0 = off (default 1)",
-    "cache_dir": "where the assembled default model is kept (default ~/.cache/jevfleet)",
-}
-
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="TOML settings file (default conf/jevfleet.toml, or $JEV_CONFIG)")
-    for f in fields(Settings):
-        kind = {"int": int, "float": float}.get(f.type, str)
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=None,
-                            help=HELP[f.name] + f"  [env JEV_{f.name.upper()}]")
+    """A flag per field of Settings, its type, choices and help taken from the field."""
+    parser.add_argument("--config", help=f"TOML settings file (default {DEFAULT_CONFIG.relative_to(PROJECT_ROOT)})"
+                                         f"  [env {CONFIG_ENV}]")
+    for name, field in Settings.model_fields.items():
+        choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else None
+        described = f"{field.description}; default {default_text(name)}  [env {env_var(name)}]"
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, choices=choices,
+                            type=str if choices else field.annotation, help=described.replace("%", "%%"))
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {f.name: getattr(args, f.name) for f in fields(Settings)}
-    return load_settings(overrides, config_file=args.config)
+    if args.config:  # through the environment, so that the processes serve starts read it too
+        os.environ[CONFIG_ENV] = args.config
+    return load_settings({name: getattr(args, name) for name in Settings.model_fields})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,7 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "keys":
         return _keys(args.directory, args.workers)
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except SettingsError as exc:  # a mistyped value: say which, exit 2 like argparse, no traceback
+        print(f"jevfleet {args.command}: {exc}", file=sys.stderr)
+        return 2
     from shared.curve import CurveError
 
     if args.command == "haproxy-conf":

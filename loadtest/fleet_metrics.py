@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadtest.servers import call
+from jevfleet.harness.net import probe
 
 PHASE = "jevfleet_request_phase_seconds"
 BATCH = "jevfleet_batch_requests"
@@ -25,7 +25,7 @@ class Breakdown:
 
 def scrape(url: str) -> dict[tuple[str, str], float]:
     """{(series, phase label or ""): value} of the _sum and _count series we use; {} if unreachable."""
-    status, body = call(url + "/metrics")
+    status, _, body = probe("GET", url + "/metrics")
     if status != 200:
         return {}
     values: dict[tuple[str, str], float] = {}

@@ -22,19 +22,21 @@ from locust import FastHttpUser, constant, events, task
 from loadtest import workloads
 from loadtest.protocols import PROTOCOLS, Protocol
 from loadtest.validate import InvalidAnswer
+from shared.config import Settings
 from shared.profiles import Profile, load_profile
 
 SHED_STATUSES = (429, 503)
 MAX_RETRY_WAIT_S = 5.0
 
 _sequence = itertools.count()
+DEFAULT_PROFILE = Settings.model_fields["profile"].default
 
 
 @events.init_command_line_parser.add_listener
 def _options(parser) -> None:
     parser.add_argument("--workload", default="W1", choices=workloads.names(),
                         help="which workload of loadtest/workloads.json to send")
-    parser.add_argument("--model-profile", default="gemma-3-270m",
+    parser.add_argument("--model-profile", default=DEFAULT_PROFILE,
                         help="model profile used to render prompts for the baselines")
 
 
@@ -55,7 +57,7 @@ class DecisionUser(FastHttpUser):
     def on_start(self) -> None:
         options = self.environment.parsed_options
         self.items = workloads.load(getattr(options, "workload", "W1"))
-        self.profile = _profile(getattr(options, "model_profile", "gemma-3-270m"))
+        self.profile = _profile(getattr(options, "model_profile", DEFAULT_PROFILE))
 
     @task
     def decide(self) -> None:

@@ -1,7 +1,8 @@
 """From Locust's per-run JSON stats to table rows, results.md and the throughput/latency plot.
 
 Locust keeps response times as a histogram (ms, rounded to 2 significant digits above 100 ms);
-percentiles are read from it the way Locust itself does. This module does not import locust:
+percentiles are read from it with the harness's one percentile (jevfleet/harness/stats.py), the
+definition Locust itself uses. This module does not import locust:
 importing it monkey-patches the process with gevent, which the sweep process must not be.
 
 Little's law check: in a closed loop with no think time, the requests in the system L = λ·W
@@ -15,6 +16,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+from jevfleet.harness.stats import percentile
 
 ANSWER, SHED = "answer", "shed"
 
@@ -53,17 +56,10 @@ class Row:
         return (self.answered + self.errors + self.shed) / self.seconds * self.mean_ms / 1000
 
 
-def percentile(histogram: dict[int, int], fraction: float) -> float:
-    """The smallest recorded response time within which at least `fraction` of requests finished."""
-    total = sum(histogram.values())
-    if not total:
-        return float("nan")
-    seen = 0
-    for ms in sorted(histogram):
-        seen += histogram[ms]
-        if seen >= total * fraction:
-            return float(ms)
-    return float(max(histogram))
+def histogram_percentile(histogram: dict[int, int], fraction: float) -> float:
+    """The harness's percentile over a Locust histogram ({ms: requests}): the same definition
+    Locust applies, so our table and Locust's own report agree."""
+    return percentile(list(histogram), fraction, counts=list(histogram.values()))
 
 
 def row_from_locust_json(path: Path, *, target: str, workload: str, users: int, seconds: float) -> Row:
@@ -81,7 +77,8 @@ def row_from_locust_json(path: Path, *, target: str, workload: str, users: int, 
         answered=answer.get("num_requests", 0) - failures,
         errors=sum(e["num_failures"] for e in entries.values()),
         shed=entries.get(SHED, {}).get("num_requests", 0),
-        p50_ms=percentile(histogram, 0.50), p90_ms=percentile(histogram, 0.90), p99_ms=percentile(histogram, 0.99),
+        p50_ms=histogram_percentile(histogram, 0.50), p90_ms=histogram_percentile(histogram, 0.90),
+        p99_ms=histogram_percentile(histogram, 0.99),
         mean_ms=total_ms / n_all if n_all else float("nan"),
         questions=None if questions is None else int(questions),
     )

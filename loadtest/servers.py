@@ -6,52 +6,24 @@ GGUF and the same two cores' worth of threads; logs go to the run directory.
 """
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-ROOT = Path(__file__).resolve().parent.parent
+from jevfleet.harness.fleet import start_fleet
+from jevfleet.harness.net import free_port, probe
+from jevfleet.harness.processes import stop_process, wait_until
+from shared.config import PROJECT_ROOT
+
 READY_TIMEOUT_S = 300.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def call(url: str, body: object = None, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of a GET, or of a JSON POST when `body` is given; status 0 when nothing answers."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-    except OSError:
-        return 0, b""
-
-
-def fleet_ready(url: str) -> bool:
-    status, body = call(url + "/health")
-    try:
-        return status == 200 and json.loads(body).get("status") == "ready"
-    except ValueError:
-        return False
-
-
 def answers_200(path: str) -> Callable[[str], bool]:
-    return lambda url: call(url + path)[0] == 200
+    """A readiness check: GET `path` answers 200."""
+    return lambda url: probe("GET", url + path)[0] == 200
 
 
 @contextmanager
@@ -62,38 +34,25 @@ def running(name: str, cmd: list[str], port: int, ready: Callable[[str], bool], 
     log_path = log_dir / f"{name}.log"
     url = f"http://127.0.0.1:{port}"
     with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {})})
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready(url):
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited ({proc.returncode}) before it was ready; "
-                                   f"see {log_path}:\n{log_path.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready after {READY_TIMEOUT_S:.0f}s; see {log_path}")
-            time.sleep(0.5)
+        wait_until(lambda: ready(url), f"{name} ready", timeout=READY_TIMEOUT_S, every=0.5, proc=proc,
+                   logs=lambda: f"see {log_path}:\n{log_path.read_text()[-2000:]}")
         yield url
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
-def stop(proc: subprocess.Popen, timeout: float = 90.0) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def jevfleet(log_dir: Path, name: str = "jevfleet", flags: tuple[str, ...] = ()) -> AbstractContextManager[str]:
+@contextmanager
+def jevfleet(log_dir: Path, name: str = "jevfleet", flags: tuple[str, ...] = ()) -> Iterator[str]:
     """Our fleet as `jevfleet serve` runs it (supervisord, gateway, workers per the config),
-    with `flags` added to its command line."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "jevfleet", "serve", "--port", str(port), "--run-dir", str(log_dir / name), *flags]
-    return running(name, cmd, port, fleet_ready, log_dir)
+    with `flags` added to its command line; its run directory (and logs) in log_dir/name."""
+    fleet = start_fleet(log_dir / name, workers=None, extra=list(flags), timeout=READY_TIMEOUT_S)
+    try:
+        yield fleet.url
+    finally:
+        fleet.stop()
 
 
 def llama_cpp_python(gguf: Path, log_dir: Path, *, threads: int, ctx: int) -> AbstractContextManager[str]:

@@ -32,10 +32,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from jevfleet.harness.net import probe
 from loadtest import fleet_metrics, results, servers, workloads
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
-from shared.config import load_settings
+from shared.config import PROJECT_ROOT, load_settings
 from shared.model_files import resolve_model
 from shared.profiles import load_profile
 
@@ -199,8 +200,8 @@ class Sweep:
         it abandons the requests in flight, and a server may still work them off (a running batch
         cannot be cancelled); on a FIFO server this probe's answer comes after that backlog."""
         protocol = PROTOCOLS[PROTOCOL_OF[target]]
-        status, _ = servers.call(url + protocol.path, protocol.body(self.profile, workloads.load(workload)[0]),
-                                 timeout=SETTLE_TIMEOUT_S)
+        body = json.dumps(protocol.body(self.profile, workloads.load(workload)[0])).encode()
+        status = probe("POST", url + protocol.path, body, {"Content-Type": "application/json"}, SETTLE_TIMEOUT_S)[0]
         if status != 200:
             print(f"    warning: settle probe got status {status}", flush=True)
 
@@ -213,12 +214,13 @@ class Sweep:
                "--host", url, "--workload", workload, "--model-profile", str(self.profile.source),
                "--json-file", str(stats.with_suffix("")),
                "--loglevel", "WARNING", USER_CLASS[PROTOCOL_OF[target]]]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(servers.ROOT), os.environ.get("PYTHONPATH")]))}
+        python_path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": python_path}
         desc = f"[{tag}] {target} {workload} users={users}"
         if not sys.stdout.isatty():  # no progress bar in a log: one line per run
             print(f"{desc}, {duration}s", flush=True)
         with log_path.open("w") as log:
-            proc = subprocess.Popen(cmd, cwd=servers.ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
             with tqdm(total=duration, desc=desc, unit="s", bar_format="{desc}: {bar} {n:.0f}/{total}s",
                       file=sys.stdout, disable=None) as bar:
                 start = time.monotonic()

@@ -59,7 +59,8 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
     runner = LocalRunner(settings, load_profile(settings.profile, head=False))
     profile = runner.profile
     if head:
-        runner.engine.readout.capture = feature_ids(runner.engine.n_vocab, runner.tok.yes_ids + runner.tok.no_ids)
+        answer_ids = runner.tokenizer.yes_ids + runner.tokenizer.no_ids
+        runner.engine.readout.capture = feature_ids(runner.engine.n_vocab, answer_ids)
     try:
         outcomes, skipped = ask_all(runner, [i for i in items if i.id in fit_ids | test_ids], desc="margins")
     finally:

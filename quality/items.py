@@ -105,3 +105,8 @@ class Skipped:
 
     id: str
     reason: str
+
+
+def refused(item: Item, status: int, body: dict[str, Any]) -> Skipped:
+    """An item a server (or the in-process path) answered with an error: skipped, with its reason."""
+    return Skipped(item.id, f"HTTP {status}: {json.dumps(body.get('detail'))[:300]}")

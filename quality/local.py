@@ -1,78 +1,49 @@
-"""Asking the labeled set in-process: the gateway's own request path (gateway/pipeline.py:
-validation, prompt rendering, tokenizing, answer assembly) and the worker's engine
-(jevfleet/decide.load_in_process, the profile's preamble pinned as a snapshot), without a server.
+"""Asking the labeled set in-process, through jevfleet/local.py: the path `jevfleet decide` takes
+(the gateway's request path, a worker's scheduler and engine with the profile's preamble pinned),
+so these are exactly the server's answers — plus the raw yes−no margins that calibration needs
+and, when the engine's readout captures them, the logit columns a learned head is fitted on.
 
-Items go to the engine in batches of as many requests as it takes at once; the pinned preamble
-means each item reads only its state and question. Deterministic mode gives the same margins
-on every path (docs/architecture.md), so these are exactly the server's answers — plus the raw
-yes−no margins that calibration needs.
+Every item is submitted before the first answer is awaited: the scheduler batches them and the
+state snapshots serve the items that share a state.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from gateway import pipeline
-from gateway.errors import ApiError
-from quality.items import QUESTION_ID, Item, Skipped, outcome
+from jevfleet.local import LocalDecider
+from quality.items import QUESTION_ID, Item, Skipped, outcome, refused
 from quality.metrics import Outcome
 from shared.config import Settings
-from jevfleet.decide import load_in_process
 from shared.profiles import Profile
-from worker.engine import Job
-
-
-@dataclass
-class _Asked:
-    item: Item
-    prepared: pipeline.Prepared
-    tokens: pipeline.Tokens
 
 
 class LocalRunner:
     """Answers items with a model loaded in this process."""
 
     def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
-        self.settings = settings
-        self.profile, self.tok, self.engine = load_in_process(settings, profile)
-        self.features: dict[str, object] = {}  # yes/no item id -> captured logits (engine.readout.capture)
+        self.decider = LocalDecider(settings, profile)
+        self.profile, self.tokenizer, self.engine = self.decider.profile, self.decider.tokenizer, self.decider.engine
+        self.features: dict[str, Any] = {}  # yes/no item id -> captured logits (engine.readout.capture)
         self.margins: dict[str, list[float]] = {}  # item id -> the raw margin of each of its jobs
 
-    def _prepare(self, item: Item) -> _Asked | Skipped:
-        try:
-            prepared = pipeline.prepare(item.request(self.profile.name), self.profile)
-            tokens = pipeline.tokenize(prepared, self.tok.encode_request, self.settings.ctx)
-        except ApiError as err:
-            return Skipped(item.id, f"HTTP {err}")
-        return _Asked(item, prepared, tokens)
-
     def ask(self, items: list[Item], progress: Callable[[int], None] = lambda n: None) -> list[Outcome | Skipped]:
-        """One Outcome (or Skipped) per item, in order; progress(n) after every n items."""
-        results: dict[str, Outcome | Skipped] = {}
-        pending: list[_Asked] = []
-        for item in items:
-            prepared = self._prepare(item)
-            if isinstance(prepared, Skipped):
-                results[item.id] = prepared
-                progress(1)
-            else:
-                pending.append(prepared)
-        step = self.engine.max_batch_requests
-        for start in range(0, len(pending), step):
-            chunk = pending[start:start + step]
-            jobs = [Job(prefix=a.tokens.prefix, suffixes=a.tokens.suffixes, yes_ids=self.tok.yes_ids,
-                        no_ids=self.tok.no_ids) for a in chunk]
-            self.engine.run(jobs)
-            for a, job in zip(chunk, jobs):
-                answer = pipeline.respond(self.profile, a.prepared, a.tokens, job.margins).answers[QUESTION_ID]
-                margin = job.margins[0] if a.item.type == "noul" else None
-                self.margins[a.item.id] = job.margins
-                if job.features and a.item.type == "noul":
-                    self.features[a.item.id] = job.features[0]
-                results[a.item.id] = outcome(a.item, answer.model_dump(), margin)
-            progress(len(chunk))
-        return [results[item.id] for item in items]
+        """One Outcome (or Skipped) per item, in order; progress(1) after every item."""
+        asked = [(item, self.decider.answer_body(item.request(self.profile.name))) for item in items]
+        results: list[Outcome | Skipped] = []
+        for item, future in asked:
+            answer = future.result()
+            progress(1)
+            if answer.status != 200:
+                results.append(refused(item, answer.status, answer.body))
+                continue
+            self.margins[item.id] = answer.margins
+            margin = None
+            if item.type == "noul":
+                margin = answer.margins[0]
+                if answer.features:
+                    self.features[item.id] = answer.features[0]
+            results.append(outcome(item, answer.body["answers"][QUESTION_ID], margin))
+        return results
 
     def close(self) -> None:
-        self.tok.close()
-        self.engine.close()
+        self.decider.close()

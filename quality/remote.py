@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from quality.items import QUESTION_ID, Item, Skipped, outcome
+from jevfleet.harness.net import http
+from quality.items import QUESTION_ID, Item, Skipped, outcome, refused
 from quality.metrics import Outcome
 
 RETRIES = 20
@@ -33,19 +32,16 @@ class RemoteRunner:
         self.api_key = api_key if api_key is not None else os.environ.get("JEV_API_KEY", "")
 
     def _post(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], float]:
+        """(status, JSON body, seconds the server asks us to wait before trying again)."""
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        status, got, raw = http("POST", self.url, json.dumps(body).encode(), headers, self.timeout)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.status, json.loads(resp.read()), 0.0
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = json.loads(exc.read())
-            except ValueError:
-                detail = {"detail": exc.reason}
-            return exc.code, detail, float(exc.headers.get("Retry-After") or 1)
+            answer = json.loads(raw)
+        except ValueError:  # not our JSON: e.g. a load balancer's own error page
+            answer = {"detail": raw[:200].decode("utf-8", "replace")}
+        return status, answer, 0.0 if status == 200 else float(got.get("Retry-After") or 1)
 
     def _ask_one(self, item: Item) -> Outcome | Skipped:
         for _ in range(RETRIES):
@@ -53,7 +49,7 @@ class RemoteRunner:
             if status == 200:
                 return outcome(item, body["answers"][QUESTION_ID])
             if status not in (429, 503):
-                return Skipped(item.id, f"HTTP {status}: {json.dumps(body.get('detail'))[:300]}")
+                return refused(item, status, body)
             time.sleep(retry_after)
         return Skipped(item.id, f"still overloaded after {RETRIES} tries")
 

@@ -1,60 +1,118 @@
-"""One settings object for every process, read from TOML, then JEV_* env vars, then CLI flags.
+"""The settings of every process: one typed model, read from a TOML file, then JEV_* environment
+variables, then flags.
 
-Gateway, worker and supervisor all read the same file so that a flag given to `jevfleet serve`
-reaches every process it starts (serve passes overrides on as JEV_* environment variables).
+Invariant: each setting is declared once, in Settings below, with its type, default, bounds and
+description. conf/jevfleet.toml and the README's table repeat the names and defaults for readers
+(tests/test_config.py checks that they agree), `jevfleet --help` is generated from the model
+(jevfleet/cli.py), and the classes that use a setting take it as a required argument instead of
+keeping a default of their own.
+
+Gateway, worker and supervisor all read the same model, so a flag given to `jevfleet serve`
+reaches every process it starts (serve passes its settings on as JEV_* environment variables).
 """
 from __future__ import annotations
 
-import dataclasses
+import json
 import os
-import tomllib
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Literal, Mapping
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from shared.llama import MAX_STATE_CACHE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = PROJECT_ROOT / "conf"
 DEFAULT_CONFIG = CONF_DIR / "jevfleet.toml"
-ROLES = ("all", "gateway", "workers")  # what `jevfleet serve` runs on this host
+ENV_PREFIX = "JEV_"
+CONFIG_ENV = "JEV_CONFIG"  # names the TOML file; `--config` sets it, so children read the same one
 
 
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8017
-    max_body_bytes: int = 4 * 1024 * 1024
-    deadline_s: float = 30.0
-    tokenizer_threads: int = 2
-    role: str = "all"
-    workers: int = 0
-    cores_per_worker: int = 2
-    endpoint: str = ""
-    heartbeat_s: float = 0.5
-    dead_after_s: float = 2.0
-    queue_tokens: int = 4096
-    queue_requests: int = 32
-    affinity_slack_tokens: int = 384
-    affinity_memory: int = 16
-    curve_key: str = ""
-    curve_server_key: str = ""
-    curve_clients: str = ""
-    run_dir: str = ""
-    profile: str = "gemma-3-270m"
-    model: str = ""
-    ctx: int = 8192
-    batch_tokens: int = 384
-    threads: int = 0
-    mode: str = "deterministic"
-    state_cache: int = 16
-    state_cache_tokens: int = 8192
-    warmup: int = 1
-    cache_dir: str = ""
+class SettingsError(ValueError):
+    """A setting that cannot be used, said in one line that names it (the CLI prints it, exit 2)."""
+
+
+class Settings(BaseSettings):
+    """Every setting of jevfleet. Frozen: one process's settings do not change once read."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    # --- gateway (HTTP) ---
+    host: str = Field("127.0.0.1", description="address the HTTP gateway listens on")
+    port: int = Field(8017, ge=1, le=65535, description="HTTP port of the gateway")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1,
+                                description="request body limit after decompression, bytes (413 above it)")
+    deadline_s: float = Field(30.0, gt=0, description="seconds a request may stay queued before it gets 503 "
+                                                      "(one already being read finishes)")
+    tokenizer_threads: int = Field(2, ge=1, description="gateway threads that tokenize requests")
+    # --- fleet ---
+    role: Literal["all", "gateway", "workers"] = Field(
+        "all", description="what jevfleet serve runs on this host: all (gateway and workers), gateway "
+                           "(workers elsewhere) or workers (connecting to endpoint)")
+    workers: int = Field(0, ge=0, description="worker processes; 0 = one per cores_per_worker cores of this "
+                                              "process's CPU affinity mask, at least 1")
+    cores_per_worker: int = Field(2, ge=1, description="cores each worker is pinned to; also its llama.cpp "
+                                                       "threads unless threads is set")
+    endpoint: str = Field("", description="ZeroMQ endpoint of the gateway's ROUTER; empty = workers.ipc in run_dir")
+    heartbeat_s: float = Field(0.5, gt=0, description="seconds between a worker's heartbeats")
+    dead_after_s: float = Field(2.0, gt=0, description="a worker silent this many seconds is taken out of service")
+    queue_tokens: int = Field(4096, ge=1, description="per worker: tokens its queue may make it read before 429 "
+                                                      "(kept prefixes are not counted; an idle worker takes any "
+                                                      "request)")
+    queue_requests: int = Field(32, ge=1, description="per worker: requests queued at most; with every worker "
+                                                      "full, 429 with Retry-After")
+    affinity_slack_tokens: int = Field(384, ge=0, description="a worker holding the request's state prefix gets "
+                                                              "it while its queue is at most this many tokens "
+                                                              "longer than the least loaded one")
+    affinity_memory: int = Field(16, ge=0, description="state prefixes the gateway remembers per worker (like "
+                                                       "the worker's snapshot cache)")
+    curve_key: str = Field("", description="this process's CURVE secret key file (from jevfleet keys); "
+                                           "required when the endpoint is not loopback")
+    curve_server_key: str = Field("", description="worker: the gateway's CURVE public key file")
+    curve_clients: str = Field("", description="gateway: directory of the CURVE public key files of the "
+                                               "workers it accepts")
+    run_dir: str = Field("", description="supervisord socket, pid file and logs; empty = /tmp/jevfleet-PORT "
+                                         "(/tmp/jevfleet-PORT-workers for role workers)")
+    # --- worker (engine) ---
+    profile: str = Field("gemma-3-270m", description="model profile: a name in conf/models, or a path to "
+                                                     "a .toml")
+    model: str = Field("", description="GGUF file overriding the profile's model; empty = the profile's")
+    ctx: int = Field(8192, ge=1, description="longest prompt of one question, tokens; longer is refused, "
+                                             "never truncated")
+    batch_tokens: int = Field(384, ge=1, description="token budget of one scheduler batch")
+    threads: int = Field(0, ge=0, description="llama.cpp threads per worker; 0 = the number of cores it is "
+                                              "pinned to")
+    mode: Literal["deterministic", "fast"] = Field(
+        "deterministic", description="deterministic (the same P(yes) on every path) or fast (last bits may "
+                                     "depend on the batch's shape)")
+    state_cache: int = Field(16, ge=0, le=MAX_STATE_CACHE, description="state snapshots (KV-cache prefixes) "
+                                                                       "kept per worker; 0 = off")
+    state_cache_tokens: int = Field(8192, ge=0, description="tokens all state snapshots of a worker may hold "
+                                                            "together")
+    warmup: int = Field(1, ge=0, le=1, description="1 = warm up before registering and in idle time; 0 = off")
+    cache_dir: str = Field("", description="where the assembled default GGUF is kept; empty = ~/.cache/jevfleet")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (the init arguments) over JEV_* environment over the TOML file; no .env file and
+        no secrets directory, so nothing else can change a process's settings unseen."""
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file())
 
     @property
     def worker_count(self) -> int:
+        """`workers`, or as many sets of cores_per_worker cores as this process may run on: the same
+        affinity mask worker/cores.py cuts into the sets it pins worker k to."""
         if self.workers > 0:
             return self.workers
-        return max(1, (os.cpu_count() or 1) // max(1, self.cores_per_worker))
+        return max(1, len(os.sched_getaffinity(0)) // self.cores_per_worker)
 
     @property
     def run_path(self) -> Path:
@@ -71,53 +129,63 @@ class Settings:
 
     def to_env(self) -> dict[str, str]:
         """The settings as JEV_* variables, so child processes see exactly these values."""
-        return {f"JEV_{f.name.upper()}": str(getattr(self, f.name)) for f in fields(self)}
+        return {env_var(name): str(value) for name, value in self.model_dump().items()}
 
 
-def _coerce(name: str, raw: Any) -> Any:
-    kind = {f.name: f.type for f in fields(Settings)}[name]
+def env_var(name: str) -> str:
+    """The environment variable of setting `name`: JEV_BATCH_TOKENS for batch_tokens."""
+    return ENV_PREFIX + name.upper()
+
+
+def default_text(name: str) -> str:
+    """Setting `name`'s default as it is written in the TOML file (strings quoted)."""
+    return json.dumps(Settings.model_fields[name].default)
+
+
+def config_file() -> Path:
+    """The TOML file: $JEV_CONFIG, else conf/jevfleet.toml. A missing file is an error, not an
+    empty configuration: a mistyped --config must not fall back to the defaults unnoticed."""
+    path = Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+    if not path.is_file():
+        raise SettingsError(f"settings file {path} does not exist")
+    return path
+
+
+def _explained(error: ValidationError) -> SettingsError:
+    """pydantic's errors as lines that name each setting and where it may have come from."""
+    lines = []
+    for item in error.errors():
+        name = ".".join(str(part) for part in item["loc"])
+        if item["type"] == "extra_forbidden":
+            lines.append(f"unknown setting {name!r} (in {config_file()}, or passed by name)")
+        else:
+            flag = "--" + name.replace("_", "-")
+            lines.append(f"setting {name} = {item['input']!r}: {item['msg']} "
+                         f"(from {flag}, {env_var(name)} or {config_file()})")
+    return SettingsError("; ".join(lines))
+
+
+def _checked(build: Callable[[], Settings]) -> Settings:
     try:
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-        return str(raw)
-    except ValueError as exc:
-        raise ValueError(f"setting {name}: cannot read {raw!r} as {kind}") from exc
+        return build()
+    except ValidationError as exc:
+        raise _explained(exc) from None
 
 
-def load_settings(
-    overrides: Mapping[str, Any] | None = None,
-    *,
-    config_file: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Settings:
-    """TOML file < JEV_* environment < explicit overrides (CLI flags; None values are ignored)."""
-    env = os.environ if environ is None else environ
-    path = Path(config_file or env.get("JEV_CONFIG") or DEFAULT_CONFIG)
-    with path.open("rb") as fh:
-        values: dict[str, Any] = tomllib.load(fh)
-    known = {f.name for f in fields(Settings)}
-    unknown = set(values) - known
-    if unknown:
-        raise ValueError(f"{path}: unknown settings {sorted(unknown)}")
-    for name in known:
-        if f"JEV_{name.upper()}" in env:
-            values[name] = env[f"JEV_{name.upper()}"]
-    for name, value in (overrides or {}).items():
-        if value is not None:
-            values[name] = value
-    settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
-    if settings.mode not in ("deterministic", "fast"):
-        raise ValueError(f"mode must be 'deterministic' or 'fast', not {settings.mode!r}")
-    if settings.role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {settings.role!r}")
-    if not 0 <= settings.state_cache <= 192:  # llama.cpp holds 256 sequences, 64 are working ones
-        raise ValueError(f"state_cache must be 0..192, not {settings.state_cache}")
-    if settings.state_cache_tokens < 0:
-        raise ValueError(f"state_cache_tokens must be >= 0, not {settings.state_cache_tokens}")
-    return settings
+def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
+    """This process's settings: the TOML file < JEV_* environment < `overrides` (the flags given;
+    a None value is a flag not given)."""
+    given = {name: value for name, value in (overrides or {}).items() if value is not None}
+    return _checked(lambda: Settings(**given))
 
 
 def replace(settings: Settings, **changes: Any) -> Settings:
-    return dataclasses.replace(settings, **changes)
+    """A copy with `changes`, checked like any setting. Every field is passed as an argument, so
+    neither the file nor the environment changes a value."""
+    return _checked(lambda: Settings(**{**settings.model_dump(), **changes}))
+
+
+def default_settings(**changes: Any) -> Settings:
+    """The model's defaults with `changes`, whatever the file and JEV_* variables say: for tests
+    and benchmarks that must not depend on the environment they run in."""
+    return replace(Settings.model_construct(), **changes)

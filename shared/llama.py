@@ -1,4 +1,5 @@
-"""The one place that imports llama_cpp: the library, then quiet logs.
+"""The one place that imports llama_cpp: the library, then quiet logs; and how a worker divides
+a context's sequences, which bounds the state_cache setting (shared/config.py).
 
 Gateway (vocab-only tokenizer) and worker (full model) both load through here, so they tokenize
 with the same code and get the same ids. Both modes load the model alike, with llama.cpp's fast
@@ -11,6 +12,11 @@ import ctypes
 import sys
 from pathlib import Path
 from types import ModuleType
+
+# How a worker's llama.cpp context divides its sequences; the state_cache setting's bound follows.
+MAX_SEQ = 256  # LLAMA_MAX_SEQ: the sequences one context can hold
+N_WORK = 64  # a worker engine's working sequences: request prefixes, their suffixes, one scratch sequence
+MAX_STATE_CACHE = MAX_SEQ - N_WORK  # the rest hold state snapshots (worker/snapshots.py), one each
 
 _llama: ModuleType | None = None
 _log_callback = None  # kept alive: llama.cpp holds a raw pointer to it

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from jevfleet.harness.fleet import Fleet, start_fleet
 from tests import tiers
-from tests.fleet import Fleet, start_fleet
 from tests.inprocess import InProcessGateway
 
 API_KEY = "jev-test-key"

@@ -18,9 +18,9 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import SERVER_OPTIONS, create_app
 from gateway.fleet import Fleet
-from shared.config import Settings
+from jevfleet.harness.scripted_worker import ScriptedWorker
+from shared.config import default_settings
 from shared.profiles import Profile, load_profile, preamble_tokens
-from tests.fake_worker import FakeWorker
 
 PROFILE = "gemma-3-270m"  # pinned: the tests' expected bodies name it
 BOS, YES, NO = 256, 257, 258
@@ -49,8 +49,8 @@ class InProcessGateway:
     """One gateway and one scripted worker, started on construction; `url` as a Fleet has it."""
 
     def __init__(self, run_dir: Path, *, api_key: str = "") -> None:
-        self.settings = Settings(workers=1, run_dir=str(run_dir), endpoint=f"ipc://{run_dir}/w.ipc", heartbeat_s=0.05,
-                                 dead_after_s=1.0, profile=PROFILE)
+        self.settings = default_settings(workers=1, run_dir=str(run_dir), endpoint=f"ipc://{run_dir}/w.ipc",
+                                         heartbeat_s=0.05, dead_after_s=1.0, profile=PROFILE)
         self.api_key = api_key
         self.model_file = run_dir / "model.gguf"  # /health reports its SHA-256; nothing reads it as a model
         self.model_file.write_bytes(b"GGUF stand-in")
@@ -71,7 +71,7 @@ class InProcessGateway:
         self.server = TestServer(app, host="127.0.0.1")
         await self.server.start_server(**SERVER_OPTIONS)  # as run_gateway_process serves it
         self.zctx = zmq.asyncio.Context()
-        self.worker = await FakeWorker(self.zctx, self.settings.zmq_endpoint, "inprocess/w0").start()
+        self.worker = await ScriptedWorker(self.zctx, self.settings.zmq_endpoint, "inprocess/w0").start()
         self.answering = asyncio.create_task(self.worker.answer_every_score())
         async with asyncio.timeout(10):
             while not any(w.up for w in self.fleet.workers.values()):

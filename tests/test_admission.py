@@ -11,11 +11,12 @@ import pytest
 import zmq.asyncio
 
 from gateway.admission import Admission
+from jevfleet.harness.load import by_id, decision, post, served_by, states
+from jevfleet.harness.scripted_worker import ScriptedWorker
+from shared.config import PROJECT_ROOT
 from shared.messages import Ready
-from tests.fake_worker import FakeWorker
-from tests.fleet import ROOT
-from tests.load import by_id, decision, post, served_by, states
 from tests.test_fleet import run, running, score, settings, until
+
 
 GATEWAY = {"model_sha256": "a" * 64, "profile": "p:1", "mode": "deterministic", "tokens": "k"}
 FAST = {**GATEWAY, "mode": "fast"}
@@ -50,7 +51,7 @@ def test_a_worker_of_another_mode_never_joins_and_gets_no_request(tmp_path):
             fleet.membership.admission = Admission(GATEWAY)
             good = await worker("good", serves=GATEWAY)
             ctx = zmq.asyncio.Context()
-            wrong = await FakeWorker(ctx, fleet.endpoint, "wrong", pid=7, serves=FAST).start()
+            wrong = await ScriptedWorker(ctx, fleet.endpoint, "wrong", pid=7, serves=FAST).start()
             try:
                 await until(lambda: [r["id"] for r in fleet.admission.describe(60)] == ["wrong"], "refused")
                 assert "wrong" not in fleet.workers
@@ -73,7 +74,7 @@ def test_a_fast_mode_worker_joining_a_deterministic_fleet_is_refused_and_serves_
            "--run-dir", str(fleet.run_dir), "--port", str(fleet.port), "--cores-per-worker", "1"]
     log_path = fleet.run_dir / "fast_worker.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         health = fleet.wait_for(lambda h: any(r["id"] == "fast-one" for r in h.get("refused_workers", [])),
                                 "fast worker refused", timeout=180)

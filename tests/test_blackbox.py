@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.fleet import Fleet, http, post_json
+from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.net import http, post_json
 
 README_EXAMPLE = {
     "model": "jev-latest",

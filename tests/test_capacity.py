@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from gateway.capacity import Limits, TokenRate, fits, retry_after_s, seconds_until_room
 
-LIMITS = Limits(queue_tokens=1000, queue_requests=4)
+LIMITS = Limits(queue_tokens=1000, queue_requests=4, affinity_slack_tokens=0)
 
 
 @dataclass

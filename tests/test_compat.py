@@ -11,8 +11,8 @@ import pytest
 from jevcompat.report import terminal
 from jevcompat.runner import run
 
+from jevfleet.harness.fleet import start_fleet
 from tests.conftest import API_KEY
-from tests.fleet import start_fleet
 
 
 @pytest.mark.fleet

@@ -9,10 +9,10 @@ import pytest
 import zmq.asyncio
 
 from gateway.fleet import Fleet
-from shared.config import Settings
+from jevfleet.harness.net import free_port
+from jevfleet.harness.scripted_worker import ScriptedWorker
+from shared.config import PROJECT_ROOT, Settings, default_settings
 from shared.curve import CurveError, gateway_keys, is_local, make_keys, worker_keys
-from tests.fake_worker import FakeWorker
-from tests.fleet import ROOT, free_port
 
 
 @pytest.mark.parametrize("endpoint, local", [
@@ -26,17 +26,17 @@ def test_only_loopback_endpoints_count_as_local(endpoint, local):
 
 
 def test_a_remote_endpoint_without_keys_is_refused_and_names_the_flags():
-    remote = Settings(endpoint="tcp://10.1.2.3:5555")
+    remote = default_settings(endpoint="tcp://10.1.2.3:5555")
     with pytest.raises(CurveError, match="--curve-key, --curve-server-key"):
         worker_keys(remote)
     with pytest.raises(CurveError, match="--curve-key, --curve-clients"):
         gateway_keys(remote)
-    assert worker_keys(Settings(endpoint="tcp://127.0.0.1:5555")) is None
+    assert worker_keys(default_settings(endpoint="tcp://127.0.0.1:5555")) is None
 
 
 def test_a_worker_without_keys_exits_non_zero_before_loading_the_model():
     out = subprocess.run([sys.executable, "-m", "jevfleet", "worker", "--endpoint", "tcp://10.1.2.3:5555"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+                         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "CURVE keys are required" in out.stderr
 
 
@@ -44,20 +44,21 @@ def test_only_workers_with_an_accepted_key_can_join(tmp_path):
     make_keys(tmp_path / "keys", workers=1)
     make_keys(tmp_path / "stranger", workers=1)
     endpoint = f"tcp://127.0.0.1:{free_port()}"  # keys given: used on loopback too
-    gw = Settings(endpoint=endpoint, curve_key=str(tmp_path / "keys/gateway.key_secret"),
-                  curve_clients=str(tmp_path / "keys/workers"))
+    gw = default_settings(endpoint=endpoint, curve_key=str(tmp_path / "keys/gateway.key_secret"),
+                          curve_clients=str(tmp_path / "keys/workers"))
 
     def client(keys_dir: str) -> Settings:
-        return Settings(endpoint=endpoint, curve_key=str(tmp_path / keys_dir / "workers/worker-00.key_secret"),
-                        curve_server_key=str(tmp_path / "keys/gateway.key"))
+        return default_settings(endpoint=endpoint,
+                                curve_key=str(tmp_path / keys_dir / "workers/worker-00.key_secret"),
+                                curve_server_key=str(tmp_path / "keys/gateway.key"))
 
     async def go():
         fleet = Fleet(gw)
         await fleet.start()
         ctx = zmq.asyncio.Context()
-        workers = [FakeWorker(ctx, endpoint, "known", keys=worker_keys(client("keys"))),
-                   FakeWorker(ctx, endpoint, "stranger", keys=worker_keys(client("stranger"))),
-                   FakeWorker(ctx, endpoint, "plain")]
+        workers = [ScriptedWorker(ctx, endpoint, "known", keys=worker_keys(client("keys"))),
+                   ScriptedWorker(ctx, endpoint, "stranger", keys=worker_keys(client("stranger"))),
+                   ScriptedWorker(ctx, endpoint, "plain")]
         try:
             for w in workers:
                 await w.start()

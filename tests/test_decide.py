@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from tests.fleet import ROOT, http, post_json
+from jevfleet.harness.net import http, post_json
+from shared.config import PROJECT_ROOT
 
 MIXED = {
     "model": "jev-latest",
@@ -24,7 +25,7 @@ INVALID = {"model": "gpt-4", "state": "x", "questions": {"q": {"type": "noul"}}}
 
 
 def decide(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jevfleet", "decide", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "jevfleet", "decide", *args], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -15,8 +15,8 @@ import zlib
 
 import pytest
 
+from jevfleet.harness.net import http
 from tests.conftest import API_KEY
-from tests.fleet import http
 
 if sys.version_info >= (3, 14):
     from compression import zstd

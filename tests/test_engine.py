@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from jevfleet.harness.engine import make_job, new_engine
 from shared.messages import prefix_key
-from tests.model import make_job, pinned_engine
 from worker.engine import Engine, Job
 
 pytestmark = pytest.mark.model
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.model
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    engine = pinned_engine(ctx=2048, state_cache=4, state_cache_tokens=2048)
+    engine = new_engine(ctx=2048, state_cache=4, state_cache_tokens=2048)
     yield engine
     engine.close()
 
@@ -36,6 +36,24 @@ def test_answer_is_bit_identical_alone_and_batched_with_others(engine):
     again = make_job(engine, "My card was charged twice.", ["Is this about billing?"])
     engine.run([mates[0], again, mates[1]])
     assert again.margins == alone.margins
+
+
+def test_prefix_and_suffixes_read_in_one_stream_or_one_after_the_other_agree(engine):
+    """Alone, a request's prefix and suffixes share llama_decode calls (Engine.run); with a batch
+    mate that copies the same prefix, the prefix is read first. Both must answer alike, and the
+    one-stream read must save its decode."""
+    state, qs = "The refund was sent twice by mistake.", ["Was money sent twice?", "Is it a mistake?"]
+    one_stream = make_job(engine, state, qs)
+    before = engine.decode_calls
+    engine.run([one_stream])
+    decodes = engine.decode_calls - before
+    twice = [make_job(engine, state, qs), make_job(engine, state, qs[:1])]
+    engine.run(twice)
+    assert one_stream.margins == twice[0].margins and one_stream.margins[:1] == twice[1].margins
+    prefix_read = len(one_stream.prefix) - one_stream.reused
+    suffix_read = sum(map(len, one_stream.suffixes))
+    one_after_the_other = len(engine.decode_shapes(prefix_read)) + len(engine.decode_shapes(suffix_read))
+    assert decodes == len(engine.decode_shapes(prefix_read + suffix_read)) < one_after_the_other
 
 
 def test_same_request_twice_gives_the_same_answer(engine):

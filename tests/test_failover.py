@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.fleet import Fleet, start_fleet
-from tests.load import by_id, closed_loop, decision, noul, post, program_pid, served_by, states, workers
+from jevfleet.harness.fleet import Fleet, start_fleet
+from jevfleet.harness.load import by_id, closed_loop, decision, noul, post, program_pid, served_by, states, workers
 
 pytestmark = pytest.mark.fleet
 

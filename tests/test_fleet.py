@@ -11,16 +11,16 @@ import pytest
 import zmq.asyncio
 
 from gateway.fleet import Fleet, Unavailable
-from shared.config import Settings
+from jevfleet.harness.scripted_worker import ScriptedWorker
+from shared.config import Settings, default_settings
 from shared.messages import Cancel, Drain, Error, Score, prefix_key
-from tests.fake_worker import FakeWorker
 
 PREFIX = [2, 10, 11, 12]
 
 
 def settings(tmp_path, **changes) -> Settings:
     base = dict(endpoint=f"ipc://{tmp_path}/fleet.ipc", heartbeat_s=0.05, dead_after_s=0.3)
-    return Settings(**{**base, **changes})
+    return default_settings(**{**base, **changes})
 
 
 def score(rid: str, prefix: list[int] = PREFIX, deadline_s: float = 10.0) -> Score:
@@ -42,10 +42,10 @@ async def running(s: Settings, preamble_tokens: int = 0):
     fleet = Fleet(s, preamble_tokens=preamble_tokens)
     await fleet.start()
     ctx = zmq.asyncio.Context()
-    made: list[FakeWorker] = []
+    made: list[ScriptedWorker] = []
 
-    async def worker(worker_id: str, **kw) -> FakeWorker:
-        w = FakeWorker(ctx, s.zmq_endpoint, worker_id, **kw)
+    async def worker(worker_id: str, **kw) -> ScriptedWorker:
+        w = ScriptedWorker(ctx, s.zmq_endpoint, worker_id, **kw)
         made.append(w)
         await w.start()
         await until(lambda: worker_id in fleet.workers and fleet.workers[worker_id].pid == w.pid

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.wire import MAX_DEPTH
-from tests.load import workers
+from jevfleet.harness.load import workers
 
 if sys.version_info >= (3, 14):
     from compression import zstd

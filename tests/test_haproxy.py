@@ -8,11 +8,11 @@ import subprocess
 import pytest
 
 from jevfleet.haproxy import render_haproxy_conf
-from shared.config import load_settings
+from shared.config import default_settings
 
 
 def render(tmp_path, retry: bool) -> str:
-    return render_haproxy_conf(load_settings(environ={}), ["10.0.0.2:8017", "10.0.0.3:8017"], bind="127.0.0.1:8080",
+    return render_haproxy_conf(default_settings(), ["10.0.0.2:8017", "10.0.0.3:8017"], bind="127.0.0.1:8080",
                                stats_socket=str(tmp_path / "s.sock"), retry=retry)
 
 

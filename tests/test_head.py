@@ -10,11 +10,11 @@ import random
 import numpy as np
 import pytest
 
+from jevfleet.harness.engine import default_model, make_job, new_engine
 from quality.calibration import write_section
 from quality.head import feature_ids, fit_head, fit_logistic
 from shared.profiles import load_profile
-from tests.model import default_model, make_job, pinned_engine
-from worker.engine import Engine, Job
+from worker.engine import Job
 from worker.head import Readout, load_head, logsumexp, make_head
 
 
@@ -134,9 +134,9 @@ QUESTIONS = ["Is this about billing?", "Is the customer angry?", "Is the parcel 
 @pytest.fixture(scope="module")
 def engines():
     """A fresh engine (no snapshots) and a pinned, snapshotting one, both with one random head."""
-    profile, path = default_model()
-    fresh = Engine(path, ctx=1024, threads=2, state_cache=0)
-    cached = pinned_engine(ctx=1024, state_cache=3, state_cache_tokens=900)
+    profile, _ = default_model()
+    fresh = new_engine(ctx=1024, state_cache=0)
+    cached = new_engine(ctx=1024, state_cache=3, state_cache_tokens=900)
     yes = sorted({fresh.tokenize(w)[0] for w in profile.yes} | {fresh.tokenize(w)[0] for w in profile.no})
     ids = feature_ids(fresh.n_vocab, yes, count=700)
     head = make_head(ids, np.random.default_rng(16).normal(scale=0.05, size=len(ids)), 0.1)

@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.membership import WorkerState
 from gateway.metrics import Metrics
 from gateway.routing import PrefixMemory
-from tests.fleet import Fleet, http, post_json
+from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.net import http, post_json
 
 
 def families(text: str) -> dict:
@@ -28,7 +29,7 @@ def sample(fams: dict, family: str, series: str | None = None, **labels) -> floa
 
 def worker(worker_id: str, stats: object, state: str = "up") -> WorkerState:
     return WorkerState(worker_id=worker_id, identity=b"", pid=1, cores=[0], model="m", model_sha256="",
-                       fingerprint="", last_seen=time.monotonic(), memory=PrefixMemory(), state=state, stats=stats)
+                       fingerprint="", last_seen=time.monotonic(), memory=PrefixMemory(16), state=state, stats=stats)
 
 
 def test_worker_stats_are_exported_and_odd_stats_are_skipped():

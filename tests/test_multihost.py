@@ -32,11 +32,12 @@ from pathlib import Path
 import pytest
 
 from jevfleet.haproxy import render_haproxy_conf
-from shared.config import load_settings
+from jevfleet.harness.load import Outcome, by_id, decision, post, states
+from jevfleet.harness.net import http
+from jevfleet.harness.processes import stop_processes, wait_until
+from shared.config import PROJECT_ROOT, default_settings
 from shared.curve import make_keys
 from tests import netns
-from tests.fleet import ROOT, http
-from tests.load import Outcome, by_id, decision, post, states
 
 pytestmark = [pytest.mark.fleet, pytest.mark.multihost]
 
@@ -60,16 +61,6 @@ def veth(host: str) -> str:
     return f"jmh{TAG}{host}"  # the host's end; its bridge port in A is this + "p" (<= 15 chars)
 
 
-def wait_until(predicate, what: str, timeout: float = 120, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise TimeoutError(f"not {what} after {timeout}s")
-
-
 @dataclass
 class Hosts:
     tmp: Path
@@ -80,7 +71,7 @@ class Hosts:
         pin = f"taskset -c {core} " if core is not None else ""
         shell = f"hostname host{host} && exec {pin}" + shlex.join(cmd)
         self.procs[name] = subprocess.Popen(netns.exec_in(ns(host), "unshare", "--uts", "sh", "-c", shell),
-                                            cwd=ROOT, stdout=open(self.tmp / f"{name}.out", "w"),
+                                            cwd=PROJECT_ROOT, stdout=open(self.tmp / f"{name}.out", "w"),
                                             stderr=subprocess.STDOUT)
 
     def serve(self, name: str, host: str, *args: str, core: int) -> None:
@@ -118,15 +109,7 @@ class Hosts:
         return "".join(f"\n--- {p.relative_to(self.tmp)}\n{p.read_text()[-1500:]}" for p in files)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs.values(), timeout=60)
 
 
 @pytest.fixture
@@ -225,7 +208,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
                 *curve_worker(0), core=0)
     hosts.serve("c", "c", "--workers", "1", *gateway_http, core=1)
     hosts.serve("d", "d", "--role", "workers", "--workers", "1", "--endpoint", ENDPOINT_B, *curve_worker(1), core=1)
-    settings = load_settings({"deadline_s": 20}, environ={})
+    settings = default_settings(deadline_s=20)
     gateways = [f"{HOSTS[h]}:{HTTP_PORT}" for h in "bc"]
     for lb, retry in ((LB_RETRY, True), (LB_PLAIN, False)):
         conf = tmp_path / f"haproxy-{lb}.cfg"

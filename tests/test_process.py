@@ -11,13 +11,13 @@ import time
 import pytest
 import zmq
 
+from shared.config import PROJECT_ROOT
 from shared.messages import Cancel, Drain, Error, Heartbeat, Ready, Result, Score, decode, encode
-from tests.fleet import ROOT
 
 WORKER = """
 import sys, time
 import worker.process as wp
-from shared.config import load_settings
+from shared.config import default_settings
 
 class NoCache:
     keys = ()
@@ -43,8 +43,7 @@ wp.build_engine = lambda *args: SlowEngine()
 wp.resolve_model = lambda *args: None
 wp.file_sha256 = lambda path: "0" * 64
 wp.startup_warmup = lambda *args: None
-settings = load_settings({"endpoint": sys.argv[1], "heartbeat_s": 0.1, "cores_per_worker": 1, "warmup": 0},
-                         environ={})
+settings = default_settings(endpoint=sys.argv[1], heartbeat_s=0.1, cores_per_worker=1, warmup=0)
 sys.exit(wp.run_worker_process(settings, index=0, worker_id="fake"))
 """
 
@@ -67,8 +66,8 @@ def router(tmp_path, request):
     endpoint = f"ipc://{tmp_path}/w.ipc"
     sock.bind(endpoint)
     pause = request.node.get_closest_marker("batch_pause")
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, endpoint, str(pause.args[0] if pause else 1.5)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, endpoint, str(pause.args[0] if pause else 1.5)],
+                            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         yield sock, proc
     finally:
@@ -133,7 +132,7 @@ def test_a_dead_engine_thread_exits_non_zero_so_supervisord_restarts_it(router):
 
 
 def test_a_worker_that_cannot_start_exits_non_zero():
-    out = subprocess.run([sys.executable, "-m", "jevfleet", "worker", "--cores", "4096"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "jevfleet", "worker", "--cores", "4096"], cwd=PROJECT_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "are not available" in out.stderr
 

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
+from jevfleet.harness.load import decision
+from shared.config import PROJECT_ROOT
 from shared.curve import make_keys
 from tests import netns
-from tests.fleet import ROOT
-from tests.load import decision
 
 pytestmark = pytest.mark.fleet
 
@@ -29,24 +29,13 @@ GW_ADDR, WK_ADDR = "10.213.7.1", "10.213.7.2"
 ZMQ_PORT = 5557
 
 CLIENT = """
-import json, sys, time, urllib.request, urllib.error
+import json, sys
+from jevfleet.harness.fleet import wait_healthy
+from jevfleet.harness.net import http
 url, payload = sys.argv[1], sys.argv[2].encode()
-deadline, health = time.monotonic() + 180, {}
-while time.monotonic() < deadline:
-    try:
-        health = json.load(urllib.request.urlopen(url + "/health", timeout=5))
-        if health.get("status") == "ready":
-            break
-    except (OSError, ValueError):
-        pass
-    time.sleep(0.2)
-req = urllib.request.Request(url + "/v1/systemone", data=payload, headers={"Content-Type": "application/json"})
-try:
-    resp = urllib.request.urlopen(req, timeout=120)
-    status, body = resp.status, json.load(resp)
-except urllib.error.HTTPError as err:
-    status, body = err.code, err.read().decode()
-print(json.dumps({"health": health, "status": status, "body": body}))
+health = wait_healthy(url, timeout=180)
+status, _, raw = http("POST", url + "/v1/systemone", payload, {"Content-Type": "application/json"}, timeout=120)
+print(json.dumps({"health": health, "status": status, "body": json.loads(raw) if status == 200 else raw.decode()}))
 """
 
 
@@ -84,13 +73,13 @@ def test_a_worker_on_another_host_serves_over_curve(two_hosts, tmp_path):
         in_ns(GW_NS, "-m", "jevfleet", "gateway", "--port", "8017", "--workers", "1", "--endpoint", endpoint,
               "--run-dir", str(tmp_path / "gw"), "--curve-key", str(keys / "gateway.key_secret"),
               "--curve-clients", str(keys / "workers")),
-        cwd=ROOT, stdout=open(tmp_path / "gateway.log", "w"), stderr=subprocess.STDOUT)
+        cwd=PROJECT_ROOT, stdout=open(tmp_path / "gateway.log", "w"), stderr=subprocess.STDOUT)
     worker = subprocess.Popen(
         in_ns(WK_NS, "-m", "jevfleet", "worker", "--id", "remote-w00", "--endpoint", endpoint,
               "--run-dir", str(tmp_path / "wk"), "--cores-per-worker", "1",
               "--curve-key", str(keys / "workers" / "worker-00.key_secret"),
               "--curve-server-key", str(keys / "gateway.key")),
-        cwd=ROOT, stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
+        cwd=PROJECT_ROOT, stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
     try:
         out = subprocess.run(in_ns(GW_NS, "-c", CLIENT, "http://127.0.0.1:8017",
                                    json.dumps(decision("I was charged twice for one order."))),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from gateway.request_ids import request_id, unique
-from tests.fleet import http
-from tests.load import decision
+from jevfleet.harness.load import decision
+from jevfleet.harness.net import http
 
 
 def test_a_sane_client_id_is_used_and_anything_else_replaced():

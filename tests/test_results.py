@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from loadtest.results import Row, markdown_table, percentile, plot, row_from_locust_json
+from loadtest.results import Row, histogram_percentile, markdown_table, plot, row_from_locust_json
 
 
 def test_percentile_reads_the_histogram():
     hist = {10: 50, 20: 40, 100: 9, 900: 1}
-    assert [percentile(hist, f) for f in (0.5, 0.9, 0.99, 1.0)] == [10, 20, 100, 900]
-    assert math.isnan(percentile({}, 0.5))
+    assert [histogram_percentile(hist, f) for f in (0.5, 0.9, 0.99, 1.0)] == [10, 20, 100, 900]
+    assert math.isnan(histogram_percentile({}, 0.5))
 
 
 def test_a_row_from_locust_stats_counts_shed_apart_from_errors(tmp_path):

@@ -1,7 +1,7 @@
 """The routing policy on stand-in workers: least queued tokens, prefix affinity and its limit."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.capacity import Limits
 from gateway.routing import PrefixMemory, Work, choose
@@ -55,7 +55,7 @@ def test_a_holder_of_the_state_wins_while_its_queue_is_not_much_longer():
 def test_affinity_yields_when_the_holder_is_much_more_loaded():
     idle, holder = W("idle"), W("holder", 385, 2, keys={"k"})
     assert pick([idle, holder]) == "idle"
-    assert pick([idle, holder], limits=Limits(affinity_slack_tokens=1000)) == "holder"
+    assert pick([idle, holder], limits=replace(LIMITS, affinity_slack_tokens=1000)) == "holder"
 
 
 def test_the_least_loaded_of_several_holders_wins():

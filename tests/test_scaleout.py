@@ -15,8 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 import aiohttp
 import pytest
 
-from tests.fleet import ROOT, Fleet, start_fleet
-from tests.load import by_id, decision, percentile, post, program_pid, rss_kb, served_by, states, workers
+from jevfleet.harness.fleet import Fleet, start_fleet
+from jevfleet.harness.load import by_id, decision, post, program_pid, rss_kb, served_by, states, workers
+from jevfleet.harness.stats import percentile
+from shared.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.fleet
 QUEUE_REQUESTS = 4
@@ -162,7 +164,7 @@ def test_an_extra_worker_joins_serves_and_leaves_on_sigterm_with_exit_0(pair):
     cmd = [sys.executable, "-m", "jevfleet", "worker", "--id", "extra", "--index", "2",
            "--run-dir", str(pair.run_dir), "--port", str(pair.port), "--cores-per-worker", "1"]
     log = open(pair.run_dir / "extra_worker.log", "w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         pair.wait_for(lambda h: by_id(h).get("extra", {}).get("state") == "up", "extra up", timeout=180)
         served = [serving_worker(pair, decision(s)) for s in states(3, tag="extra ")]

@@ -9,6 +9,8 @@ from shared.messages import Error, Result
 from worker.engine import Job
 from worker.scheduler import Pending, Scheduler, take_batch
 
+MAX_REQUESTS = 31  # as many as the real engine reads at once (Engine.max_batch_requests)
+
 
 def pending(rid: str, tokens: int, deadline: float | None = None) -> Pending:
     job = Job(prefix=[1] * tokens, suffixes=[[2, 3]], yes_ids=[4], no_ids=[5])
@@ -90,7 +92,7 @@ def run_scheduler(sched: Scheduler) -> tuple[threading.Thread, Collector]:
 def test_queued_requests_are_batched_and_answered_in_order():
     gate = threading.Event()
     engine = RecordingEngine(gate)
-    sched = Scheduler(engine, budget=384)
+    sched = Scheduler(engine, budget=384, max_requests=MAX_REQUESTS)
     thread, out = run_scheduler(sched)
     sched.submit(pending("first", 50))
     assert engine.started.wait(5)  # "first" runs alone while the others queue behind it
@@ -111,7 +113,7 @@ def test_queued_requests_are_batched_and_answered_in_order():
 def test_cancel_removes_a_queued_request_and_stop_hands_back_the_rest():
     gate = threading.Event()
     engine = RecordingEngine(gate)
-    sched = Scheduler(engine, budget=100)
+    sched = Scheduler(engine, budget=100, max_requests=MAX_REQUESTS)
     thread, out = run_scheduler(sched)
     sched.submit(pending("running", 50))
     assert engine.started.wait(5)
@@ -127,7 +129,7 @@ def test_cancel_removes_a_queued_request_and_stop_hands_back_the_rest():
 
 def test_expired_requests_are_answered_with_an_error_not_run():
     engine = RecordingEngine()
-    sched = Scheduler(engine, budget=384)
+    sched = Scheduler(engine, budget=384, max_requests=MAX_REQUESTS)
     sched.submit(pending("late", 10, deadline=time.time() - 1))
     sched.submit(pending("ok", 10))
     thread, out = run_scheduler(sched)
@@ -147,7 +149,7 @@ def test_engine_failure_answers_the_batch_with_errors_and_keeps_serving():
                 raise RuntimeError("boom")
             return super().run(jobs)
 
-    sched = Scheduler(Flaky(), budget=10)
+    sched = Scheduler(Flaky(), budget=10, max_requests=MAX_REQUESTS)
     thread, out = run_scheduler(sched)
     sched.submit(pending("a", 10))
     out.wait(1)
@@ -177,7 +179,7 @@ def test_clear_drops_every_queued_request_and_counts_them_cancelled():
         def new_tokens(self, job, earlier):
             return 1
 
-    scheduler = Scheduler(Idle(), budget=384)
+    scheduler = Scheduler(Idle(), budget=384, max_requests=MAX_REQUESTS)
     for rid in ("a", "b"):
         scheduler.submit(Pending(rid, Job(prefix=[1], suffixes=[[2]], yes_ids=[3], no_ids=[4]), 2, time.time() + 60))
     assert scheduler.clear() == ["a", "b"]

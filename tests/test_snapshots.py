@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jevfleet.harness.engine import make_job, new_engine
+from jevfleet.harness.net import post_json
 from shared.messages import prefix_key
 from tests.fake_cells import FakeCells, OutOfOrder, run_batch
-from tests.fleet import post_json
 from tests.kv_layout import in_position_order
-from tests.model import default_model, make_job, pinned_engine
 from worker.engine import Engine
 from worker.snapshots import SnapshotCache, common_prefix
 
@@ -175,8 +175,7 @@ QUESTIONS = ["Is the parcel late?", "Has the customer paid?"]
 @pytest.fixture(scope="module")
 def fresh() -> Engine:
     """No snapshots at all: every prompt is read from its first token."""
-    _, path = default_model()
-    engine = Engine(path, ctx=1024, threads=2, state_cache=0)
+    engine = new_engine(ctx=1024, state_cache=0)
     yield engine
     engine.close()
 
@@ -184,7 +183,7 @@ def fresh() -> Engine:
 @pytest.fixture(scope="module")
 def cached() -> Engine:
     """The preamble and two states fit: a third state evicts, and hits must relocate."""
-    engine = pinned_engine(ctx=1024, state_cache=3, state_cache_tokens=900)
+    engine = new_engine(ctx=1024, state_cache=3, state_cache_tokens=900)
     yield engine
     engine.close()
 

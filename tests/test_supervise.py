@@ -11,13 +11,14 @@ import sys
 
 import pytest
 
+from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.net import free_port
 from jevfleet.supervise import render_supervisord_conf, serve
-from shared.config import load_settings
-from tests.fleet import ROOT, Fleet, free_port
+from shared.config import PROJECT_ROOT, default_settings
 
 
 def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
-    settings = load_settings({"workers": 3, "run_dir": str(tmp_path)}, environ={})
+    settings = default_settings(workers=3, run_dir=str(tmp_path))
     conf = configparser.RawConfigParser()
     conf.read_string(render_supervisord_conf(settings))
     worker = conf["program:worker"]
@@ -26,14 +27,14 @@ def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
     assert worker["autorestart"] == "unexpected" and worker["exitcodes"] == "0"
     assert int(worker["stopwaitsecs"]) > settings.deadline_s
     assert conf["program:gateway"]["command"].endswith("-m jevfleet gateway")
-    assert conf["program:gateway"]["directory"] == str(ROOT) == worker["directory"]
+    assert conf["program:gateway"]["directory"] == str(PROJECT_ROOT) == worker["directory"]
     assert str(tmp_path) in conf["supervisord"]["logfile"]  # logs in the run dir, not the repo
 
 
 @pytest.mark.parametrize("role, programs", [("all", {"gateway", "worker"}), ("gateway", {"gateway"}),
                                             ("workers", {"worker"})])
 def test_each_role_runs_its_programs_under_the_same_rules(tmp_path, role, programs):
-    settings = load_settings({"role": role, "workers": 2, "run_dir": str(tmp_path)}, environ={})
+    settings = default_settings(role=role, workers=2, run_dir=str(tmp_path))
     conf = configparser.RawConfigParser()
     conf.read_string(render_supervisord_conf(settings))
     assert {s.removeprefix("program:") for s in conf.sections() if s.startswith("program:")} == programs
@@ -43,7 +44,7 @@ def test_each_role_runs_its_programs_under_the_same_rules(tmp_path, role, progra
 
 
 def test_a_workers_role_without_a_gateway_endpoint_is_refused(tmp_path, capsys):
-    assert serve(load_settings({"role": "workers", "run_dir": str(tmp_path)}, environ={})) == 2
+    assert serve(default_settings(role="workers", run_dir=str(tmp_path))) == 2
     assert "--endpoint" in capsys.readouterr().err
 
 
@@ -66,7 +67,7 @@ def test_fleet_stops_when_the_process_that_started_it_is_terminated(tmp_path):
              "--run-dir", str(tmp_path)]
     # A stand-in for make: a parent that starts serve and is then killed on its own.
     parent = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run({serve!r})"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     fleet = Fleet(port=port, run_dir=tmp_path, proc=parent)
     try:
         health = fleet.wait_for(lambda h: h.get("status") == "ready", "ready")

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
+from jevfleet.harness.fleet import Fleet
 from loadtest.protocols import PROTOCOLS
 from loadtest.sweep import (LOCUSTFILE, PROTOCOL_OF, TARGETS, USER_CLASS, can_run, seconds, target_list, user_counts,
                             workload_list)
-from tests.fleet import ROOT, Fleet
+from shared.config import PROJECT_ROOT
 
 
 def test_every_target_has_a_protocol_and_a_locust_user_class():
@@ -46,7 +47,7 @@ def test_a_one_user_sweep_writes_the_table_and_the_plot(fleet: Fleet, tmp_path):
     out = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "loadtest.sweep", "--host", fleet.url, "--users", "1",
                            "--duration", "4s", "--warmup", "0", "--workload", "W1,W4", "--target", "jevfleet",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     row, w4 = json.loads((out / "rows.json").read_text())
     assert (row["target"], row["workload"], row["users"]) == ("jevfleet", "W1", 1)

@@ -8,24 +8,24 @@ from pathlib import Path
 import pytest
 
 from gateway.tokenizer import Tokenizer
-from shared.config import load_settings
+from jevfleet.harness.fleet import start_fleet
+from shared.config import default_settings, load_settings
 from shared.profiles import load_profile
 from tests import tiers
-from tests.fleet import start_fleet
 from worker.engine import Engine
 
 
 def test_an_unmarked_test_cannot_load_the_model_in_process():
     profile = load_profile("gemma-3-270m")
     with pytest.raises(tiers.TierError, match=r"test_tiers\.py::.* loads the model: mark it @pytest.mark.model"):
-        Engine(Path("any.gguf"), ctx=512, threads=1, state_cache=0)
+        Engine.from_settings(Path("any.gguf"), default_settings(), threads=1)
     with pytest.raises(tiers.TierError, match="mark it @pytest.mark.model"):
         Tokenizer(Path("any.gguf"), profile, threads=1)
 
 
 def test_an_unmarked_test_sends_its_subprocesses_to_a_model_that_does_not_exist():
     assert os.environ["JEV_MODEL"] == tiers.NO_MODEL
-    assert load_settings(environ=os.environ).model == tiers.NO_MODEL and not Path(tiers.NO_MODEL).exists()
+    assert load_settings().model == tiers.NO_MODEL and not Path(tiers.NO_MODEL).exists()
 
 
 def test_an_unmarked_test_cannot_start_a_fleet(tmp_path):

@@ -9,9 +9,10 @@ import pytest
 from gateway.prompts import render
 from gateway.tokenizer import Tokenizer
 from gateway.wire import validate
-from shared.llama import load_model, llama, tokenize
+from jevfleet.harness.engine import default_model, model_of
+from shared.config import default_settings
+from shared.llama import llama, load_model, tokenize
 from shared.profiles import encode_suffix
-from tests.model import default_model, model_of
 
 pytestmark = pytest.mark.model
 
@@ -31,7 +32,7 @@ QUESTIONS = ["Is this a billing problem?", "Réponse: oui ou non ?", "  padded  
 @pytest.fixture(scope="module", params=["default", "smollm2-135m"])
 def tok(request) -> Tokenizer:
     """The default profile's tokenizer, and the chat-template profile's (control tokens)."""
-    profile, path = default_model() if request.param == "default" else model_of(request.param)
+    profile, path = default_model() if request.param == "default" else model_of(default_settings(), request.param)
     t = Tokenizer(path, profile, threads=1)
     yield t
     t.close()
@@ -69,7 +70,7 @@ def test_control_tokens_come_from_the_template_only(tok):
 
 
 def test_vocab_only_ids_match_the_full_model(tok):
-    full = load_model(model_of(tok.profile.name)[1])
+    full = load_model(model_of(default_settings(), tok.profile.name)[1])
     vocab = llama().llama_model_get_vocab(full)
     for text in STATES + QUESTIONS:
         assert tokenize(vocab, text) == tok.encode(text)

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from jevfleet.harness.engine import default_model, make_job, new_engine
 from shared.messages import Result
-from tests.model import default_model, make_job, pinned_engine
 from tests.test_scheduler import Collector
 from worker.engine import Engine
 from worker.pieces import piece_sizes
@@ -54,7 +54,7 @@ def test_an_aborted_warm_call_is_tried_again_later():
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    engine = pinned_engine(ctx=1024, state_cache=2, state_cache_tokens=1024)  # as a worker warms up
+    engine = new_engine(ctx=1024, state_cache=2, state_cache_tokens=1024)  # as a worker warms up
     yield engine
     engine.close()
 

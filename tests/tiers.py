@@ -23,8 +23,8 @@ import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+import jevfleet.harness.fleet
 import shared.llama
-import tests.fleet
 
 TIERS = (("fast", "not model and not fleet"), ("model", "model and not fleet"), ("fleet", "fleet"))
 NOTHING_COLLECTED = 5  # pytest's exit status when no test was selected
@@ -56,7 +56,7 @@ def install_guard() -> None:
 def guard(test: str, markers: set[str]) -> None:
     """Set what `test`, carrying `markers`, may do; called before its fixtures are set up."""
     _forbidden.clear()
-    tests.fleet.refusal = "" if "fleet" in markers else f"{test} starts a fleet: mark it @pytest.mark.fleet"
+    jevfleet.harness.fleet.refusal = "" if "fleet" in markers else f"{test} starts a fleet: mark it @pytest.mark.fleet"
     if markers & {"model", "fleet"}:
         _set_env("JEV_MODEL", _model_env)
     else:

@@ -1,4 +1,4 @@
-"""How a stream of new tokens is cut into llama_decode calls.
+"""How a stream of new tokens is cut into llama_decode calls, and suffixes into waves.
 
 Deterministic mode needs every token row to take the same kernels, whatever else is in its
 micro-batch, and ggml's CPU backend picks kernels by a micro-batch's row count
@@ -9,6 +9,8 @@ holds a multiple of ROW_STEP rows, at least MIN_ROWS and fewer than 64; a stream
 fill its last piece gets throwaway rows (the engine puts them in a scratch sequence).
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 ROW_STEP = 4
 MIN_ROWS = 8
@@ -28,3 +30,23 @@ def piece_sizes(total: int, ubatch: int) -> list[int]:
     if sizes[-1] < MIN_ROWS:  # 64 rows -> 56 + 8 (with ubatch 60), never a piece of 4
         sizes[-2:] = [ubatch - MIN_ROWS + sizes[-1], MIN_ROWS]
     return sizes
+
+
+def suffix_waves(suffix_lengths: list[list[int]], free_seqs: Sequence[int],
+                 wave_tokens: int) -> list[list[tuple[int, int, int]]]:
+    """Every suffix continues its prefix in a sequence of its own: (seq, job, suffix) for each,
+    in waves bounded by the free sequences and by `wave_tokens` suffix tokens (a wave's first
+    suffix always fits), so the KV cache never overflows. Job by job, suffix by suffix."""
+    pending = [(j, s) for j, lengths in enumerate(suffix_lengths) for s in range(len(lengths))]
+    waves: list[list[tuple[int, int, int]]] = []
+    at = 0
+    while at < len(pending):
+        wave: list[tuple[int, int, int]] = []
+        tokens = 0
+        while at < len(pending) and len(wave) < len(free_seqs) and (not wave or tokens < wave_tokens):
+            j, s = pending[at]
+            wave.append((free_seqs[len(wave)], j, s))
+            tokens += suffix_lengths[j][s]
+            at += 1
+        waves.append(wave)
+    return waves

@@ -40,20 +40,15 @@ RESULTS = "inproc://results"
 EXIT_FLUSH_S = 2.0  # at exit, how long held answers wait for a gateway that is not reading
 
 
-def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int) -> Engine:
+def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int, *,
+                 pin_preamble: bool = True) -> Engine:
     """The engine as settings describe it, with the profile's preamble pinned in the snapshot
-    cache (every prompt starts with it). Shared with the offline `decide` command."""
-    engine = Engine(
-        model_path,
-        ctx=settings.ctx,
-        batch_tokens=settings.batch_tokens,
-        threads=threads,
-        deterministic=settings.mode == "deterministic",
-        state_cache=settings.state_cache,
-        state_cache_tokens=settings.state_cache_tokens,
-        head=load_head(Path(profile.head)) if profile.head else None,
-    )
-    engine.pin(preamble_tokens(engine.tokenize, profile))
+    cache (every prompt starts with it). Shared with the offline `decide` command and the
+    harness; pin_preamble=False (benchmarks only) leaves the preamble unread."""
+    engine = Engine.from_settings(model_path, settings, threads=threads,
+                                  head=load_head(Path(profile.head)) if profile.head else None)
+    if pin_preamble:
+        engine.pin(preamble_tokens(engine.tokenize, profile))
     return engine
 
 

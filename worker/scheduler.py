@@ -64,7 +64,8 @@ class Counters:
 
 
 class Scheduler:
-    def __init__(self, engine: EngineLike, *, budget: int = 384, max_requests: int = 255) -> None:
+    def __init__(self, engine: EngineLike, *, budget: int, max_requests: int) -> None:
+        """budget: the batch_tokens setting; max_requests: the requests the engine can read at once."""
         self.engine = engine
         self.budget = budget
         self.max_requests = max_requests  # sequences the engine can hold at once

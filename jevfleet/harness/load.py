@@ -1,6 +1,6 @@
-"""Client-side load for black-box tests and bench/scaling.py: decision payloads, a closed loop
-of client threads (each sends its next request when the previous one is answered), and
-what /health and /proc say about the fleet."""
+"""Client-side load for black-box tests and benchmarks: decision payloads, a closed loop of client
+threads (each sends its next request when the previous one is answered), and what /health,
+supervisord and /proc say about the fleet."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
-from tests.fleet import Fleet, http
+from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.net import http
 
 QUESTION = "Does the customer want a refund?"
 
@@ -85,16 +87,13 @@ def served_by(fleet: Fleet) -> dict[str, int]:
 
 
 def rss_kb(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
+    """Resident memory of a process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise ValueError(f"no VmRSS for pid {pid}")
 
 
 def program_pid(fleet: Fleet, name: str) -> int:
+    """The pid of supervisord's program `name` (gateway, worker:worker_00, ...)."""
     return int(fleet.supervisorctl("pid", name).strip())
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")

@@ -1,5 +1,11 @@
-"""A scripted stand-in for a worker process: a real DEALER speaking the real messages, so the
-gateway's Fleet is tested over real ZeroMQ without loading a model."""
+"""A scripted stand-in for a worker process: a real DEALER speaking the real messages
+(shared/messages.py), so the gateway is tested and benchmarked over real ZeroMQ without a model.
+
+A test double, never part of the product: the tests script it message by message (tests/test_fleet.py)
+or let it answer every job at once (the in-process gateway of tests/inprocess.py, and
+bench/instant_worker.py, whose many instant workers measure how many a gateway can feed). Its
+answers are made up: one given margin for every suffix.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +16,7 @@ import zmq.asyncio
 from shared.messages import Heartbeat, Message, Ping, Ready, Result, Score, decode, encode
 
 
-class FakeWorker:
+class ScriptedWorker:
     def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, worker_id: str, *, pid: int = 100,
                  cores: tuple[int, ...] = (0,), keys=None, serves: dict[str, str] | None = None) -> None:
         self.worker_id, self.pid, self.cores = worker_id, pid, list(cores)
@@ -32,7 +38,7 @@ class FakeWorker:
     async def send(self, msg: Message) -> None:
         await self.sock.send(encode(msg))
 
-    async def start(self, beat_s: float = 0.05) -> FakeWorker:
+    async def start(self, beat_s: float = 0.05) -> ScriptedWorker:
         """Say READY, then heartbeat until stop_beating()."""
         await self.send(self.status(Ready))
 
@@ -69,7 +75,7 @@ class FakeWorker:
 
     async def answer_every_score(self, margin: float = 0.0) -> None:
         """Answer each Score at once with `margin` for every suffix, until cancelled: the worker
-        behind an in-process gateway (tests/inprocess.py). Cancels find nothing left to withdraw."""
+        behind an in-process or benchmarked gateway. Cancels find nothing left to withdraw."""
         while True:
             msg = await self.recv(timeout=None)
             if isinstance(msg, Score):

@@ -1,0 +1,54 @@
+"""Talking to a server as a plain client does: blocking HTTP calls that hand back error statuses
+instead of raising them (a test asserts on a 422 as on a 200), free loopback ports, and the
+Server-Timing header read back into numbers."""
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from typing import Mapping
+
+from gateway.metrics import SERVER_TIMING_ENTRY
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
+         timeout: float = 60) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of one request, whatever the status. Connection failures raise
+    OSError (urllib.error.URLError): there is no status to hand back."""
+    req = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def probe(method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
+          timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
+    """http() for checks that must not raise: status 0 and nothing else when no server answers
+    (refused, reset, timed out)."""
+    try:
+        return http(method, url, body, headers, timeout)
+    except OSError:
+        return 0, {}, b""
+
+
+def post_json(url: str, payload: object, headers: Mapping[str, str] | None = None,
+              timeout: float = 60) -> tuple[int, dict[str, str], object]:
+    """POST `payload` as JSON; (status, headers, the JSON body)."""
+    status, got, raw = http("POST", url, json.dumps(payload).encode(),
+                            {"Content-Type": "application/json", **(headers or {})}, timeout)
+    return status, got, json.loads(raw)
+
+
+def server_timing(headers: Mapping[str, str]) -> dict[str, float]:
+    """A response's Server-Timing phases in milliseconds, read as the gateway's /metrics reads them."""
+    return {name: float(ms) for name, ms in SERVER_TIMING_ENTRY.findall(headers.get("Server-Timing", ""))}
