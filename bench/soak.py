@@ -2,7 +2,9 @@
 
 1. warm-up at normal load (NORMAL closed-loop clients) -> pre-soak p50, RSS and open fds;
 2. a burst of BURST requests at once -> time to a 429, client-side and the gateway's own
-   (Server-Timing total), p50/p99;
+   (Server-Timing total), p50/p99; beside it the same burst at bench/refuse_all.py, a bare aiohttp
+   server that refuses everything at once: the client-side floor of one event loop on this machine
+   (--overload-s 0 stops after the bursts);
 3. CLIENTS closed-loop clients for --overload-s -> every answer 200 or 429/503 with Retry-After,
    RSS/fds sampled;
 4. --normal-s at normal load again -> post-soak p50, RSS and fds.
@@ -15,6 +17,8 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -24,6 +28,8 @@ import aiohttp
 
 from jevfleet.harness.fleet import start_fleet
 from jevfleet.harness.load import decision, program_pid, rss_kb, states
+from jevfleet.harness.net import free_port, probe, server_timing
+from jevfleet.harness.processes import stop_process, wait_until
 from jevfleet.harness.stats import percentile
 
 PATH = "/v1/systemone"
@@ -42,7 +48,7 @@ class Tally:
         self.status: Counter = Counter()
         self.no_retry_after = 0
         self.latency: dict[int, list[float]] = {}  # status -> client-side ms
-        self.server_ms: dict[int, list[float]] = {}  # status -> Server-Timing total
+        self.server_ms: dict[int, dict[str, list[float]]] = {}  # status -> Server-Timing entry -> ms
 
     async def post(self, session: aiohttp.ClientSession, url: str, payload: bytes) -> None:
         started = time.perf_counter()
@@ -55,14 +61,19 @@ class Tally:
             return
         self.status[status] += 1
         self.latency.setdefault(status, []).append((time.perf_counter() - started) * 1000)
-        total = [p for p in headers.get("Server-Timing", "").split(", ") if p.startswith("total;dur=")]
-        if total:
-            self.server_ms.setdefault(status, []).append(float(total[0].split("=")[1]))
+        for name, ms in server_timing(headers).items():
+            self.server_ms.setdefault(status, {}).setdefault(name, []).append(ms)
         if status in (429, 503) and not headers.get("Retry-After"):
             self.no_retry_after += 1
 
-    def p(self, status: int, q: float, server: bool = False) -> float:
-        return percentile((self.server_ms if server else self.latency).get(status, []), q)
+    def p(self, status: int, q: float, server: bool = False, phase: str = "total") -> float:
+        """Client-side ms, or with `server` the gateway's Server-Timing entry `phase`."""
+        values = self.server_ms.get(status, {}).get(phase, []) if server else self.latency.get(status, [])
+        return percentile(values, q)
+
+    def phases(self, q: float = 0.5) -> str:
+        """p50 of every Server-Timing entry of the 200s: where a change in latency went."""
+        return ", ".join(f"{name} {percentile(v, q):.1f}" for name, v in self.server_ms.get(200, {}).items())
 
 
 async def closed_loop(url: str, payloads: list[bytes], clients: int, seconds: float, tally: Tally,
@@ -92,6 +103,25 @@ async def burst(url: str, payloads: list[bytes], n: int) -> Tally:
     return tally
 
 
+def floor_burst(payloads: list[bytes], n: int) -> Tally:
+    """The same burst against bench/refuse_all.py (a bare aiohttp server that answers 429 at once)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "bench.refuse_all", "--port", str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: probe("GET", url + "/health")[0], "bench.refuse_all serving", timeout=30, every=0.05,
+                   done=lambda status: status == 200, proc=server)
+        return asyncio.run(burst(url, payloads, n))
+    finally:
+        stop_process(server, timeout=10)
+
+
+def report_burst(name: str, b: Tally, n: int) -> None:
+    print(f"burst of {n} at {name}: {dict(b.status)}; time to a 429: client p50 {b.p(429, .5):.1f} ms "
+          f"p99 {b.p(429, .99):.1f} ms, server (Server-Timing total) p50 {b.p(429, .5, True):.2f} ms "
+          f"p99 {b.p(429, .99, True):.2f} ms; load average {load_average()}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--overload-s", type=float, default=300)
@@ -100,6 +130,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=200)
     ap.add_argument("--normal-clients", type=int, default=2)
     ap.add_argument("--burst", type=int, default=400)
+    ap.add_argument("--bursts", type=int, default=1, help="burst pairs (the bare server, then the fleet)")
     args = ap.parse_args()
     payloads = [json.dumps(decision(s)).encode() for s in states(64, tag="soak ")]
     print(f"load average at start: {load_average()}", flush=True)
@@ -116,12 +147,15 @@ def main() -> None:
             asyncio.run(closed_loop(fleet.url, payloads, args.normal_clients, args.warmup_s, before))
             warm = snapshot()
             print(f"warm-up ({args.warmup_s:.0f} s, {args.normal_clients} clients): {dict(before.status)}, "
-                  f"p50 {before.p(200, .5):.0f} ms; RSS MB / fds {warm}", flush=True)
+                  f"p50 {before.p(200, .5):.0f} ms (gateway p50s: {before.phases()}); RSS MB / fds {warm}", flush=True)
 
-            b = asyncio.run(burst(fleet.url, payloads, args.burst))
-            print(f"burst of {args.burst}: {dict(b.status)}; time to a 429: client p50 {b.p(429, .5):.1f} ms "
-                  f"p99 {b.p(429, .99):.1f} ms, gateway (Server-Timing total) p50 {b.p(429, .5, True):.2f} ms "
-                  f"p99 {b.p(429, .99, True):.2f} ms; load average {load_average()}", flush=True)
+            for _ in range(args.bursts):  # the floor's burst, then the fleet's, side by side
+                report_burst("a bare aiohttp 429 server", floor_burst(payloads, args.burst), args.burst)
+                report_burst("the fleet", asyncio.run(burst(fleet.url, payloads, args.burst)), args.burst)
+                fleet.wait_for(lambda h: all(w["queued_requests"] == 0 for w in h["workers"]),
+                               "idle after the burst")
+            if args.overload_s <= 0:
+                return
 
             samples: list[dict] = []
             soak = Tally()
@@ -139,7 +173,8 @@ def main() -> None:
             end = snapshot()
             p50_before, p50_after = before.p(200, .5), after.p(200, .5)
             print(f"normal again ({args.normal_s:.0f} s): {dict(after.status)}, p50 {p50_after:.0f} ms "
-                  f"(before the soak {p50_before:.0f} ms, {100 * (p50_after / p50_before - 1):+.1f} %)", flush=True)
+                  f"(before the soak {p50_before:.0f} ms, {100 * (p50_after / p50_before - 1):+.1f} %); "
+                  f"gateway p50s after: {after.phases()}", flush=True)
             for name in pids:
                 (r0, f0), (r1, f1) = warm[name], end[name]
                 print(f"{name}: RSS {r0} -> {r1} MB ({100 * (r1 / r0 - 1):+.1f} %), open fds {f0} -> {f1}")
