@@ -1,5 +1,5 @@
 """The gateway in this process, without the model: the real app (gateway.app.create_app), the real
-Fleet over real ZeroMQ and the real HTTP server, with a scripted worker (tests/fake_worker.py)
+Fleet over real ZeroMQ and the real HTTP server, with a scripted worker (jevfleet/harness/scripted_worker.py)
 answering every job and a byte tokenizer standing in for the GGUF's vocabulary.
 
 It runs on aiohttp's TestServer in an event loop of its own thread, so synchronous callers

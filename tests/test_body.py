@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from gateway.body import decompress, is_json_content_type, parse_json, read_body
+from gateway.body import decompress, is_json_content_type, read_body
 from gateway.errors import PARSE_ERROR, ApiError
 
 if sys.version_info >= (3, 14):
