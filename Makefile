@@ -117,9 +117,11 @@ coherence: $(VENV)/.installed-bench
 fuzz: $(VENV)/.installed-test
 	JEV_FUZZ_FLEET=1 JEV_FUZZ_SCALE=$(or $(FUZZ_SCALE),4) $(PY) -m pytest tests/test_fuzz.py -q -s -p no:cacheprovider
 
-# Overload soak and refusal speed: warm-up, a burst of 400 (time to a 429), 200 closed-loop clients for
-# 5 minutes, then 1 minute at normal load; RSS, open fds and latency before/after. About 8 minutes.
-# SOAK_ARGS="--overload-s 60 --normal-s 30 --warmup-s 30" for a shorter run.
+# Overload soak and refusal speed: warm-up, a burst of 400 (time to a 429; the same burst at a bare
+# aiohttp server that only refuses, for the floor), 200 closed-loop clients for 5 minutes, then 1 minute
+# at normal load; RSS, open fds and latency (with the Server-Timing phases) before/after. About 8 minutes.
+# SOAK_ARGS="--overload-s 60 --normal-s 30 --warmup-s 30" for a shorter run; "--overload-s 0 --bursts 3"
+# for the bursts only.
 .PHONY: soak
 soak: $(VENV)/.installed-bench
 	$(PY) -m bench.soak $(SOAK_ARGS)
