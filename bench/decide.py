@@ -42,7 +42,6 @@ def main() -> None:
                         str(outfile)], cwd=PROJECT_ROOT, check=True)
         offline_s = time.monotonic() - started
 
-        (tmpdir / "fleet").mkdir()
         fleet = start_fleet(tmpdir / "fleet", workers=1)
         try:
             started = time.monotonic()

@@ -197,7 +197,7 @@ def part_during_idle(reps: int) -> list[Row]:
     engine.run([job()])
 
     def latency(warming: bool) -> float:
-        sched = Scheduler(engine, budget=load_settings().batch_tokens, max_requests=engine.max_batch_requests)
+        sched = Scheduler.for_engine(engine, load_settings())
         done = threading.Event()
         started = threading.Event()
         idle = None

@@ -26,9 +26,9 @@ from jevfleet.harness.fleet import wait_healthy
 from jevfleet.harness.net import free_port
 from jevfleet.harness.processes import stop_processes
 from jevfleet.harness.scripted_worker import ScriptedWorker
-from shared.config import PROJECT_ROOT
+from shared.config import PROJECT_ROOT, Settings
 
-HEARTBEAT_S = 0.5  # the fleet's default heartbeat period
+HEARTBEAT_S = Settings.model_fields["heartbeat_s"].default  # the fleet's default heartbeat period
 
 
 async def serve(endpoint: str, workers: int, prefix: str) -> None:

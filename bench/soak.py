@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,9 +27,9 @@ import aiohttp
 
 from jevfleet.harness.fleet import start_fleet
 from jevfleet.harness.load import decision, program_pid, rss_kb, states
-from jevfleet.harness.net import free_port, probe, server_timing
-from jevfleet.harness.processes import stop_process, wait_until
+from jevfleet.harness.net import free_port, server_timing
 from jevfleet.harness.stats import percentile
+from loadtest import servers
 
 PATH = "/v1/systemone"
 
@@ -66,9 +65,9 @@ class Tally:
         if status in (429, 503) and not headers.get("Retry-After"):
             self.no_retry_after += 1
 
-    def p(self, status: int, q: float, server: bool = False, phase: str = "total") -> float:
-        """Client-side ms, or with `server` the gateway's Server-Timing entry `phase`."""
-        values = self.server_ms.get(status, {}).get(phase, []) if server else self.latency.get(status, [])
+    def p(self, status: int, q: float, server: bool = False) -> float:
+        """Client-side ms, or with `server` the gateway's Server-Timing total."""
+        values = self.server_ms.get(status, {}).get("total", []) if server else self.latency.get(status, [])
         return percentile(values, q)
 
     def phases(self, q: float = 0.5) -> str:
@@ -101,19 +100,6 @@ async def burst(url: str, payloads: list[bytes], n: int) -> Tally:
                                      timeout=aiohttp.ClientTimeout(total=120)) as session:
         await asyncio.gather(*(tally.post(session, url, payloads[i % len(payloads)]) for i in range(n)))
     return tally
-
-
-def floor_burst(payloads: list[bytes], n: int) -> Tally:
-    """The same burst against bench/refuse_all.py (a bare aiohttp server that answers 429 at once)."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "bench.refuse_all", "--port", str(port)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: probe("GET", url + "/health")[0], "bench.refuse_all serving", timeout=30, every=0.05,
-                   done=lambda status: status == 200, proc=server)
-        return asyncio.run(burst(url, payloads, n))
-    finally:
-        stop_process(server, timeout=10)
 
 
 def report_burst(name: str, b: Tally, n: int) -> None:
@@ -149,11 +135,15 @@ def main() -> None:
             print(f"warm-up ({args.warmup_s:.0f} s, {args.normal_clients} clients): {dict(before.status)}, "
                   f"p50 {before.p(200, .5):.0f} ms (gateway p50s: {before.phases()}); RSS MB / fds {warm}", flush=True)
 
-            for _ in range(args.bursts):  # the floor's burst, then the fleet's, side by side
-                report_burst("a bare aiohttp 429 server", floor_burst(payloads, args.burst), args.burst)
-                report_burst("the fleet", asyncio.run(burst(fleet.url, payloads, args.burst)), args.burst)
-                fleet.wait_for(lambda h: all(w["queued_requests"] == 0 for w in h["workers"]),
-                               "idle after the burst")
+            # bench/refuse_all.py: a bare aiohttp server that answers 429 at once, the client-side floor
+            floor_cmd = [sys.executable, "-m", "bench.refuse_all", "--port", str(port := free_port())]
+            with servers.running("refuse_all", floor_cmd, port, servers.answers_200("/health"), Path(run_dir)) as floor:
+                for _ in range(args.bursts):  # the floor's burst, then the fleet's, side by side
+                    report_burst("a bare aiohttp 429 server", asyncio.run(burst(floor, payloads, args.burst)),
+                                 args.burst)
+                    report_burst("the fleet", asyncio.run(burst(fleet.url, payloads, args.burst)), args.burst)
+                    fleet.wait_for(lambda h: all(w["queued_requests"] == 0 for w in h["workers"]),
+                                   "idle after the burst")
             if args.overload_s <= 0:
                 return
 

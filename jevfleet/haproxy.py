@@ -23,7 +23,7 @@ NO_RETRY = ("    retries 0\n"
 
 
 def render_haproxy_conf(settings: Settings, gateways: Sequence[str], *, bind: str, stats_socket: str,
-                        retry: bool = True, check_ms: int = CHECK_MS) -> str:
+                        retry: bool = True) -> str:
     """gateways: ADDR:PORT of each gateway's HTTP listener; bind: ADDR:PORT HAProxy listens on."""
     if not gateways:
         raise ValueError("at least one gateway ADDR:PORT is needed")
@@ -32,7 +32,7 @@ def render_haproxy_conf(settings: Settings, gateways: Sequence[str], *, bind: st
         bind=bind,
         stats_socket=stats_socket,
         timeout_s=int(settings.deadline_s) + 30,  # longer than a request may wait in a gateway
-        check_ms=check_ms,
+        check_ms=CHECK_MS,
         retry=RETRY if retry else NO_RETRY,
         servers=servers,
     )

@@ -67,7 +67,7 @@ class LocalDecider:
         self.tokenizer = Tokenizer(path, self.profile, threads=1)
         self.engine: Engine = build_engine(self.settings, self.profile, path,
                                            self.settings.threads or len(os.sched_getaffinity(0)))
-        return Scheduler(self.engine, budget=self.settings.batch_tokens, max_requests=self.engine.max_batch_requests)
+        return Scheduler.for_engine(self.engine, self.settings)
 
     def answer(self, raw: bytes) -> Future[Answer]:
         """Read one request body as the gateway reads JSON bytes, then answer_body()."""

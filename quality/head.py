@@ -26,7 +26,7 @@ def feature_ids(n_vocab: int, answer_ids: list[int], count: int = FEATURES) -> n
     """The answer tokens, then evenly spaced ids up to `count` distinct columns, sorted."""
     spread = np.linspace(0, n_vocab - 1, count).astype(np.int64)
     ids = np.unique(np.concatenate([np.asarray(answer_ids, dtype=np.int64), spread]))
-    return ids[:count] if len(ids) > count else ids
+    return ids[:count]
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, penalty: float, *, steps: int = 50) -> tuple[np.ndarray, float]:

@@ -103,7 +103,11 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Flags (the init arguments) over JEV_* environment over the TOML file; no .env file and
-        no secrets directory, so nothing else can change a process's settings unseen."""
+        no secrets directory, so nothing else can change a process's settings unseen. When every
+        field is given (replace(), default_settings()) the other sources could change nothing:
+        they are not read at all."""
+        if init_settings.init_kwargs.keys() >= settings_cls.model_fields.keys():
+            return (init_settings,)
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file())
 
     @property

@@ -8,7 +8,6 @@ profile's prompt pieces into the same ids. Both sides compute the facts with thi
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Callable
 
@@ -27,7 +26,7 @@ def serving_facts(*, profile: Profile, model_sha256: str, mode: str, tokenize: T
     probe = preamble_tokens(tokenize, profile) + [i for ids in answer_ids for i in ids]
     return {
         "model_sha256": model_sha256,
-        "profile": f"{profile.name}:{hashlib.sha256(profile.source.read_bytes()).hexdigest()[:16]}",
+        "profile": f"{profile.name}:{file_sha256(profile.source)[:16]}",
         "mode": mode,
         "head": file_sha256(Path(profile.head))[:16] if profile.head else "none",
         "tokens": prefix_key(probe),

@@ -11,7 +11,7 @@ Deterministic mode (the default) makes a P(yes) independent of batch mates, of h
 was cut and of whether its state came from a snapshot (docs/architecture.md): flash attention
 on, every micro-batch a multiple of 4 rows from 8 to 60, padded with throwaway rows
 (worker/pieces.py), and every sequence's KV cells in position order (worker/snapshots.py).
-Only the scheduler thread may call into an Engine.
+Only the model thread (worker/model_thread.py), which loaded it, may call into an Engine.
 """
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def load_head(path: Path) -> Head:
 
 
 class Readout:
-    """What the engine does with each logits row it reads (only the scheduler thread calls it).
+    """What the engine does with each logits row it reads (only the model thread calls it).
 
     capture: token ids whose logits are also copied into job.features[suffix] (to fit a head)."""
 

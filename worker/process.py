@@ -96,9 +96,7 @@ class WorkerProcess:
                                     tokenize=self.engine.tokenize)
         if self.settings.warmup:
             startup_warmup(self.engine, self.profile)
-        self.scheduler = Scheduler(
-            self.engine, budget=self.settings.batch_tokens, max_requests=self.engine.max_batch_requests
-        )
+        self.scheduler = Scheduler.for_engine(self.engine, self.settings)
         return self.scheduler
 
     def _serve_model(self, zctx: zmq.Context) -> None:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from shared.messages import Error, ErrorCode, Message, Result, SchedulerCounters, Score
-from worker.engine import Job
+from shared.config import Settings
+from worker.engine import Engine, Job
 
 
 class EngineLike(Protocol):
@@ -75,6 +76,11 @@ class Scheduler:
         self._stopping = False
         self._busy = False
 
+    @classmethod
+    def for_engine(cls, engine: Engine, settings: Settings) -> Scheduler:
+        """As a worker runs one: the batch_tokens budget, as many requests as the engine holds."""
+        return cls(engine, budget=settings.batch_tokens, max_requests=engine.max_batch_requests)
+
     # --- called from other threads --------------------------------------------------------
     def submit(self, item: Pending) -> None:
         with self._cond:
@@ -118,7 +124,7 @@ class Scheduler:
         with self._cond:
             return sum(i.tokens for i in self._queue), len(self._queue) + int(self._busy)
 
-    # --- the scheduler thread -------------------------------------------------------------
+    # --- on the model thread -------------------------------------------------------------
     def run(self, emit: Callable[[Message], None], idle: Callable[[], bool] | None = None,
             idle_grace_s: float = 0.5) -> None:
         """Serve until stop(). `idle` runs after idle_grace_s of empty queue (idle warmup) and
