@@ -47,7 +47,7 @@ def calls(mode: str, reps: int) -> dict[str, float]:
     def read(shape: tuple[int, ...]) -> None:
         at = 0
         for n in shape:
-            engine._read([((0,), at, tokens[at:at + n], None)], None)
+            engine._read(engine.rows((0,), at, tokens[at:at + n]), None)
             at += n
         engine.remove(0)
 

@@ -22,7 +22,7 @@ from typing import KeysView, Literal
 from gateway.capacity import NO_WORKER_RETRY_S, Limits, Unavailable, full, refusal, retry_after_s
 from gateway.membership import Membership, WorkerState
 from gateway.routing import Work, choose
-from shared.messages import Cancel, Error, ErrorCode, Result, Score, prefix_key
+from shared.messages import Cancel, Error, ErrorCode, Result, Score, prefix_key, suffix_tokens
 
 log = logging.getLogger("jevfleet.fleet")
 
@@ -88,7 +88,7 @@ class Placement:
         return stages
 
     def work(self, score: Score) -> Work:
-        questions = sum(len(s) for s in score.suffixes)
+        questions = suffix_tokens(score.suffixes)
         state = max(0, len(score.prefix) - self.preamble_tokens)
         return Work(key=prefix_key(score.prefix), prompt=len(score.prefix) + questions, cold=state + questions,
                     warm=questions)

@@ -4,11 +4,13 @@ vocab-only (no weights), through the same function the worker uses, so the ids m
 
 Question suffixes are tokenized alone (each continues the prefix on a token boundary), so the
 ids of a suffix text never depend on the request: they are kept in an LRU, and a questionnaire
-asked of many states costs its tokenizing once. The prefix holds the state and is always
-tokenized in full."""
+asked of many states costs its tokenizing once. Prefixes (preamble + state) are kept the same
+way, keyed by their whole text, so a state asked about again (the case snapshots serve) is not
+tokenized again either: the same text always gives the same ids."""
 from __future__ import annotations
 
 import asyncio
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache, partial
 from pathlib import Path
@@ -17,6 +19,7 @@ from shared.llama import llama, load_model, tokenize
 from shared.profiles import Profile, encode_prefix, encode_suffix, preamble_tokens
 
 SUFFIX_CACHE = 4096  # distinct question texts whose ids are kept (a few hundred KB)
+PREFIX_CACHE = 64  # distinct prefixes whose ids are kept, as int32 arrays (under 3 MB at ctx 8192)
 
 
 class Tokenizer:
@@ -30,6 +33,8 @@ class Tokenizer:
         self.preamble_tokens = len(preamble_tokens(partial(tokenize, self.vocab), profile))
         self._suffix_ids = lru_cache(maxsize=SUFFIX_CACHE)(
             lambda text: tuple(encode_suffix(partial(tokenize, self.vocab), profile, text)))
+        self._prefix_ids = lru_cache(maxsize=PREFIX_CACHE)(
+            lambda text: array("i", encode_prefix(partial(tokenize, self.vocab), profile, text)))
 
     def _answer_ids(self, words: tuple[str, ...]) -> list[int]:
         """The first token of each answer word (" Yes" and " yes" are single tokens in Gemma)."""
@@ -39,8 +44,7 @@ class Tokenizer:
         return tokenize(self.vocab, text, add_bos=bos)
 
     def encode_request(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
-        return (encode_prefix(partial(tokenize, self.vocab), self.profile, prefix),
-                [list(self._suffix_ids(s)) for s in suffixes])
+        return self._prefix_ids(prefix).tolist(), [list(self._suffix_ids(s)) for s in suffixes]
 
     async def encode_async(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
         return await asyncio.get_running_loop().run_in_executor(self.pool, self.encode_request, prefix, suffixes)

@@ -152,3 +152,17 @@ def prefix_key(tokens: list[int]) -> str:
     as snapshots (Heartbeat.snapshot_keys); the gateway computes the key of a request's prefix
     to route it to the worker that already holds it."""
     return hashlib.blake2b(struct.pack(f"<{len(tokens)}i", *tokens), digest_size=8).hexdigest()
+
+
+def suffix_tokens(suffixes: list[list[int]]) -> int:
+    """Tokens a worker reads for the suffixes of one prefix: their common leading tokens count
+    once (worker/pieces.shared_rows reads them so). In sorted order each suffix adds what it
+    does not share with the one before it. The gateway's queue bound and the scheduler's
+    budget count with this."""
+    ordered = sorted(suffixes)
+    return sum(len(s) - _common(s, before) for before, s in zip([[]] + ordered, ordered))
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)

@@ -9,6 +9,7 @@ import pytest
 from jevfleet.harness.engine import make_job, new_engine
 from shared.messages import prefix_key
 from worker.engine import Engine, Job
+from worker.pieces import shared_rows
 
 pytestmark = pytest.mark.model
 
@@ -54,6 +55,22 @@ def test_prefix_and_suffixes_read_in_one_stream_or_one_after_the_other_agree(eng
     suffix_read = sum(map(len, one_stream.suffixes))
     one_after_the_other = len(engine.decode_shapes(prefix_read)) + len(engine.decode_shapes(suffix_read))
     assert decodes == len(engine.decode_shapes(prefix_read + suffix_read)) < one_after_the_other
+
+
+def test_suffixes_that_share_leading_tokens_read_them_once_and_answer_as_each_alone(engine):
+    """A choice's options repeat the question before each option: read once (pieces.shared_rows),
+    each option's P must still be the one it gets asked alone; a repeated question too."""
+    state = "The parcel left the depot on Monday and arrived on Friday."
+    qs = [f"Which delay fits? Among the candidates, is it this one? {n} days" for n in (1, 2, 4, 12)] + ["Was it lost?"]
+    together = make_job(engine, state, qs + qs[:1])
+    read = engine.run([together])
+    alone = [make_job(engine, state, [q]) for q in qs]
+    for job in alone:
+        engine.run([job])
+    assert together.margins == [job.margins[0] for job in alone + alone[:1]]
+    suffix_rows = read - (len(together.prefix) - together.reused)
+    assert suffix_rows == len(shared_rows([(0, s, k) for k, s in enumerate(together.suffixes)]))
+    assert suffix_rows < sum(map(len, together.suffixes)) - 20  # the question's ~10 tokens, read once not 5 times
 
 
 def test_same_request_twice_gives_the_same_answer(engine):

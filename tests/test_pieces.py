@@ -1,6 +1,7 @@
 from hypothesis import given, strategies as st
 
-from worker.pieces import MIN_ROWS, ROW_STEP, piece_sizes, suffix_waves
+from shared.messages import suffix_tokens
+from worker.pieces import MIN_ROWS, ROW_STEP, piece_sizes, shared_rows, suffix_waves
 
 
 @given(total=st.integers(1, 5000), ubatch=st.sampled_from([12, 16, 32, 48, 60]))
@@ -30,3 +31,21 @@ def test_suffix_waves_take_every_suffix_once_within_sequences_and_tokens():
         tokens = [lengths[j][s] for _, j, s in wave]
         assert sum(tokens[:-1]) < 100  # a wave closes once it holds wave_tokens (its last may cross)
     assert suffix_waves([[500], [500]], range(5, 9), wave_tokens=100) == [[(5, 0, 0)], [(5, 1, 0)]]  # too long: alone
+
+
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=12))
+def test_shared_rows_read_each_suffix_in_order_and_each_common_head_once(suffixes):
+    rows = shared_rows([(100 + k, tokens, k) for k, tokens in enumerate(suffixes)])
+    for k, tokens in enumerate(suffixes):  # every sequence sees exactly its tokens, in row order
+        mine = [(tok, depth) for tok, depth, seqs, _ in rows if 100 + k in seqs]
+        assert mine == [(tok, i) for i, tok in enumerate(tokens)]
+        (end,) = [i for i, (_, _, _, keys) in enumerate(rows) if k in keys]
+        assert 100 + k in rows[end][2] and rows[end][1] == len(tokens) - 1
+    distinct_heads = {tuple(tokens[:i + 1]) for tokens in suffixes for i in range(len(tokens))}
+    assert len(rows) == len(distinct_heads) == suffix_tokens(suffixes)
+
+
+def test_shared_rows_example():
+    assert shared_rows([(5, [1, 2, 3], 0), (6, [1, 2, 4], 1), (7, [9], 2), (8, [1, 2, 3], 3)]) == [
+        (1, 0, (5, 6, 8), ()), (2, 1, (5, 6, 8), ()), (3, 2, (5, 8), (0, 3)), (4, 2, (6,), (1,)),
+        (9, 0, (7,), (2,))]

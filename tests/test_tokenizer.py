@@ -12,7 +12,7 @@ from gateway.wire import validate
 from jevfleet.harness.engine import default_model, model_of
 from shared.config import default_settings
 from shared.llama import llama, load_model, tokenize
-from shared.profiles import encode_suffix
+from shared.profiles import encode_prefix, encode_suffix
 
 pytestmark = pytest.mark.model
 
@@ -99,3 +99,13 @@ def test_kept_suffix_ids_are_the_fresh_ones_and_callers_get_copies(tok):
     first.append(-1)  # a caller changing its list must not change the kept ids
     _, (second,) = tok.encode_request(prefix.format("y"), [suffix])
     assert second == encode_suffix(partial(tokenize, tok.vocab), tok.profile, suffix) and second != first
+
+
+def test_kept_prefix_ids_are_the_fresh_ones_and_callers_get_copies(tok):
+    prefix = tok.profile.preamble + tok.profile.prefix.format(state="A state asked about twice.")
+    fresh = encode_prefix(partial(tokenize, tok.vocab), tok.profile, prefix)
+    first, _ = tok.encode_request(prefix, [])
+    first.append(-1)  # a caller changing its list must not change the kept ids
+    hits = tok._prefix_ids.cache_info().hits
+    second, _ = tok.encode_request(prefix, [])
+    assert second == fresh and tok._prefix_ids.cache_info().hits == hits + 1

@@ -2,7 +2,8 @@
 
 The engine reads a batch of requests: each request's prefix (preamble + state) into a working
 sequence of its own, starting from a state snapshot when one matches (worker/snapshots.py),
-then every suffix (one per yes/no job) into a sequence that starts as a copy of its prefix.
+then every suffix (one per yes/no job) into a sequence that starts as a copy of its prefix, the
+leading tokens that suffixes of one prefix have in common read once into cells they all see.
 Logits are computed only at the last token of each suffix, and only the yes/no token columns
 (or a learned head's columns, worker/head.py) are read from them: the 262k-column output row
 is never copied.
@@ -23,8 +24,9 @@ from typing import Any, Callable
 
 from shared.config import Settings
 from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
+from shared.messages import suffix_tokens
 from worker.head import Head, Readout
-from worker.pieces import piece_sizes, suffix_waves
+from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves
 from worker.snapshots import SnapshotCache
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
@@ -150,42 +152,41 @@ class Engine:
             return piece_sizes(max(1, n_tokens), UBATCH)
         return [min(self.n_batch, n_tokens - i) for i in range(0, n_tokens, self.n_batch)]
 
-    def _read(self, items: list[tuple[tuple[int, ...], int, list[int], int | None]], on_logits) -> int:
-        """Decode every item's tokens at their positions, each token in every sequence of the
-        item's `seqs`; for items with a job index, call on_logits(job_index, logits_ptr) once its
-        last token is decoded. Returns tokens read."""
+    @staticmethod
+    def rows(seqs: tuple[int, ...], start: int, tokens: list[int]) -> list[Row]:
+        """Rows reading `tokens` from position `start` into every sequence of `seqs`, no logits."""
+        return [(tok, start + i, seqs, ()) for i, tok in enumerate(tokens)]
+
+    def _read(self, stream: list[Row], on_logits) -> int:
+        """Decode every (token, position, seqs, keys) row, the token in every sequence of seqs;
+        for each key of a row, call on_logits(key, logits_ptr) once the row is decoded. Returns
+        tokens read."""
         lib = llama()
-        stream: list[tuple[int, int, tuple[int, ...], int | None]] = []  # token, pos, seqs, job|None
-        for seqs, start, tokens, job in items:
-            for i, tok in enumerate(tokens):
-                last = job if (job is not None and i == len(tokens) - 1) else None
-                stream.append((tok, start + i, seqs, last))
         if not stream:
             return 0
         shapes = self.decode_shapes(len(stream))
         padded = sum(shapes) - len(stream)  # throwaway rows that fill the last piece
-        stream += [(stream[0][0], pos, (self.scratch,), None) for pos in range(padded)]
+        stream = stream + [(stream[0][0], pos, (self.scratch,), ()) for pos in range(padded)]
         at = 0
         b = self.batch
         for size in shapes:
             outputs: list[tuple[int, int]] = []
-            for row, (tok, pos, seqs, job) in enumerate(stream[at : at + size]):
+            for row, (tok, pos, seqs, keys) in enumerate(stream[at : at + size]):
                 b.token[row] = tok
                 b.pos[row] = pos
                 b.n_seq_id[row] = len(seqs)
                 for n, seq in enumerate(seqs):
                     b.seq_id[row][n] = seq
-                b.logits[row] = job is not None
-                if job is not None:
-                    outputs.append((job, row))
+                b.logits[row] = bool(keys)
+                outputs.extend((key, row) for key in keys)
             b.n_tokens = size
             rc = lib.llama_decode(self.ctx_ptr, b)
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc}")
             self.seen_shapes.add(size)
             self.decode_calls += 1
-            for job, row in outputs:
-                on_logits(job, lib.llama_get_logits_ith(self.ctx_ptr, row))
+            for key, row in outputs:
+                on_logits(key, lib.llama_get_logits_ith(self.ctx_ptr, row))
             at += size
         if padded:
             self.remove(self.scratch)
@@ -195,7 +196,7 @@ class Engine:
         """Tokens `job` would read in a batch after `earlier`: its prefix beyond any snapshot
         or batch mate's identical prefix, plus its suffixes. For the scheduler's budget."""
         prefix = self.cache.estimate(job.prefix, [e.prefix for e in earlier])
-        return prefix + sum(len(s) for s in job.suffixes)
+        return prefix + suffix_tokens(job.suffixes)
 
     def run(self, jobs: list[Job], *, warm: bool = False) -> int:
         """Answer every job (fills job.margins and job.reused); returns the tokens read. A warm
@@ -217,7 +218,7 @@ class Engine:
             for seq, j, _ in first:
                 self.copy(j, seq, len(jobs[j].prefix))  # the cells it has before its read: preamble, snapshot
                 sharing[j] = sharing.get(j, ()) + (seq,)
-            reads = [((seq, *sharing.get(seq, ())), start, tokens, None) for seq, start, tokens in plan.reads]
+            reads = [row for seq, start, tokens in plan.reads for row in self.rows((seq, *sharing.get(seq, ())), start, tokens)]
             read = self._read_wave(jobs, first, reads)
             for src, dst, n in plan.copies:
                 self.copy(src, dst, n)
@@ -237,16 +238,21 @@ class Engine:
             self.remove(seq)
         return read
 
-    def _read_wave(self, jobs: list[Job], wave: list[tuple[int, int, int]], before: list | None = None) -> int:
-        """Read `before` (prefix reads) and then the wave's suffixes, taking each suffix's margin;
-        the wave's sequences are removed afterwards."""
-        items = [((seq,), len(jobs[j].prefix), jobs[j].suffixes[s], k) for k, (seq, j, s) in enumerate(wave)]
+    def _read_wave(self, jobs: list[Job], wave: list[tuple[int, int, int]], before: list[Row] | None = None) -> int:
+        """Read `before` (prefix rows) and then the wave's suffixes, taking each suffix's margin;
+        the suffixes of one job share the rows of their common leading tokens (pieces.shared_rows).
+        The wave's sequences are removed afterwards."""
+        rows = list(before or [])
+        for j in dict.fromkeys(j for _, j, _ in wave):
+            start = len(jobs[j].prefix)
+            suffixes = [(seq, jobs[j].suffixes[s], k) for k, (seq, jj, s) in enumerate(wave) if jj == j]
+            rows += [(tok, start + depth, seqs, keys) for tok, depth, seqs, keys in shared_rows(suffixes)]
 
         def take(k: int, logits) -> None:
             _, j, s = wave[k]
             jobs[j].margins[s] = self.readout.margin(jobs[j], s, logits)
 
-        read = self._read((before or []) + items, take)
+        read = self._read(rows, take)
         for seq, _, _ in wave:
             self.remove(seq)
         return read
@@ -257,7 +263,7 @@ class Engine:
         loading, so the preamble's cells are the lowest and never need to move."""
         if not self.cache.enabled or len(tokens) < self.cache.min_tokens:
             return
-        self._read([((0,), 0, tokens, None)], None)
+        self._read(self.rows((0,), 0, tokens), None)
         self.cache.pin(tokens, 0)
         self.remove(0)
         seq = self.cache.entries[0].seq

@@ -11,6 +11,7 @@ fill its last piece gets throwaway rows (the engine puts them in a scratch seque
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 ROW_STEP = 4
 MIN_ROWS = 8
@@ -50,3 +51,38 @@ def suffix_waves(suffix_lengths: list[list[int]], free_seqs: Sequence[int],
             at += 1
         waves.append(wave)
     return waves
+
+
+
+@dataclass
+class _Node:
+    token: int
+    seqs: list[int] = field(default_factory=list)
+    keys: list[int] = field(default_factory=list)
+    children: dict[int, _Node] = field(default_factory=dict)
+
+
+Row = tuple[int, int, tuple[int, ...], tuple[int, ...]]  # token, offset, seqs, keys
+
+
+def shared_rows(suffixes: Sequence[tuple[int, Sequence[int], int]]) -> list[Row]:
+    """The rows that read every (seq, tokens, key) suffix of one prefix, each distinct run of
+    leading tokens once: (token, offset after the prefix, the seqs that share it, the keys of the
+    suffixes that end on it). The options of a choice repeat the whole question before each
+    option; this reads the question once, in cells every option's sequence sees. Rows come
+    depth first, so each sequence meets its tokens in position order (worker/snapshots.py says
+    why that matters); identical suffixes end on one row and share its logits."""
+    root = _Node(-1)
+    for seq, tokens, key in suffixes:
+        node = root
+        for tok in tokens:
+            node = node.children.setdefault(tok, _Node(tok))
+            node.seqs.append(seq)
+        node.keys.append(key)
+    rows: list[Row] = []
+    stack = [(child, 0) for child in reversed(root.children.values())]
+    while stack:
+        node, depth = stack.pop()
+        rows.append((node.token, depth, tuple(node.seqs), tuple(node.keys)))
+        stack.extend((child, depth + 1) for child in reversed(node.children.values()))
+    return rows
