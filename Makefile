@@ -93,6 +93,11 @@ bench-invariance: $(VENV)/.installed-bench
 bench-decode: $(VENV)/.installed-bench
 	$(PY) -m bench.decode_cost $(BENCH_ARGS)
 
+# One request at a time to a 1-worker fleet: W1, W3, a 20-question request, a 255-option choice.
+.PHONY: bench-shapes
+bench-shapes: $(VENV)/.installed-bench
+	$(PY) -m bench.request_shapes $(BENCH_ARGS)
+
 # The same closed-loop load on fleets of different shapes: 1 worker × 2 threads vs 2 × 1 here.
 # BENCH_ARGS=--quick for a short run; --shapes 1x2,2x2,4x2,8x2 on a bigger machine.
 .PHONY: bench-scaling
