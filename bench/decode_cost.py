@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 
 from bench.engine import median_ms, model, new_engine
+from bench.request_shapes import one_at_a_time
 from jevfleet.harness.fleet import start_fleet
-from jevfleet.harness.net import post_json, server_timing
 from loadtest import workloads
+from worker.pieces import token_rows
 from worker.warmup import make_job
 
 SHAPES = ((2,), (16,), (48,), (16, 16, 16))
@@ -47,7 +48,7 @@ def calls(mode: str, reps: int) -> dict[str, float]:
     def read(shape: tuple[int, ...]) -> None:
         at = 0
         for n in shape:
-            engine._read(engine.rows((0,), at, tokens[at:at + n]), None)
+            engine._read(token_rows((0,), at, tokens[at:at + n]), None)
             at += n
         engine.remove(0)
 
@@ -119,16 +120,10 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
     with tempfile.TemporaryDirectory() as tmp:
         fleet = start_fleet(Path(tmp), workers=1, extra=["--mode", mode, *flags])
         try:
-            walls, inference = [], []
-            for item in items:
-                start = time.perf_counter()
-                status, headers, body = post_json(fleet.url + "/v1/systemone", workloads.decision_body(item))
-                walls.append((time.perf_counter() - start) * 1000)
-                assert status == 200, body
-                inference.append(server_timing(headers)["inference"])
+            rows = one_at_a_time(fleet.url, list(items))[WARM_RUNS:]
         finally:
             fleet.stop()
-    return statistics.median(walls[WARM_RUNS:]), statistics.median(inference[WARM_RUNS:])
+    return statistics.median(r["wall"] for r in rows), statistics.median(r["inference"] for r in rows)
 
 
 def child(mode: str, reps: int) -> None:

@@ -5,8 +5,9 @@
 Shapes, from loadtest/workloads.json: W1 (a new state, one question), W3 (a state the worker
 holds as a snapshot, one question), a W4 request (20 questions about one state) and a W4
 255-option choice (the question repeated before each option). Per shape it prints the median
-wall time and the Server-Timing tokenize and inference phases. Written for issue 12: to compare two commits, run it on each
-(nothing else running) and quote both with the load average. Not run by the tests.
+wall time and the Server-Timing tokenize and inference phases. Written for issue 12: to compare
+two commits, run it on each (nothing else running) and quote both with the load average. Not
+run by the tests.
 """
 from __future__ import annotations
 
@@ -21,6 +22,18 @@ from jevfleet.harness.fleet import start_fleet
 from jevfleet.harness.net import post_json, server_timing
 from loadtest import workloads
 from loadtest.workloads import Item
+
+
+def one_at_a_time(url: str, items: list[Item]) -> list[dict[str, float]]:
+    """Each item's decision request in turn: its wall ms and its Server-Timing phases."""
+    rows = []
+    for item in items:
+        start = time.perf_counter()
+        status, headers, body = post_json(url + "/v1/systemone", workloads.decision_body(item))
+        assert status == 200, body
+        rows.append(dict(server_timing(headers), wall=(time.perf_counter() - start) * 1000))
+    return rows
+
 
 def shapes(reps: int) -> dict[str, tuple[list[Item], int]]:
     """name -> (the requests sent in turn, how many of the first answers are not counted)."""
@@ -41,15 +54,10 @@ def main() -> None:
         fleet = start_fleet(Path(tmp), workers=1)
         try:
             for name, (items, skip) in shapes(args.reps).items():
-                rows = []
-                for item in items:
-                    start = time.perf_counter()
-                    status, headers, body = post_json(fleet.url + "/v1/systemone", workloads.decision_body(item))
-                    assert status == 200, body
-                    rows.append(dict(server_timing(headers), wall=(time.perf_counter() - start) * 1000))
-                rows = rows[skip:]
+                rows = one_at_a_time(fleet.url, items)[skip:]
                 p50 = {key: statistics.median(r[key] for r in rows) for key in ("wall", "tokenize", "inference")}
-                print(f"{name:<20}{len(rows):>9}{p50['wall']:>10.1f}{p50['tokenize']:>10.2f}{p50['inference']:>11.1f}", flush=True)
+                print(f"{name:<20}{len(rows):>9}{p50['wall']:>10.1f}{p50['tokenize']:>10.2f}"
+                      f"{p50['inference']:>11.1f}", flush=True)
         finally:
             fleet.stop()
     print(f"(load average {os.getloadavg()[0]:.2f} at the end)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import struct
+from collections.abc import Sequence
 
 import msgspec
 
@@ -160,9 +161,19 @@ def suffix_tokens(suffixes: list[list[int]]) -> int:
     does not share with the one before it. The gateway's queue bound and the scheduler's
     budget count with this."""
     ordered = sorted(suffixes)
-    return sum(len(s) - _common(s, before) for before, s in zip([[]] + ordered, ordered))
+    return sum(len(s) - common_prefix(s, before) for before, s in zip([[]] + ordered, ordered))
 
 
-def _common(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix, by bisection over C-level slice compares."""
     n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo

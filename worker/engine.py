@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,7 +27,7 @@ from shared.config import Settings
 from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
 from shared.messages import suffix_tokens
 from worker.head import Head, Readout
-from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves
+from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
@@ -44,6 +45,11 @@ class Job:
     margins: list[float] = field(default_factory=list)
     reused: int = 0  # prefix tokens taken from a snapshot or a batch mate instead of read
     features: dict[int, Any] = field(default_factory=dict)  # suffix -> captured logits (Readout.capture)
+
+    @cached_property
+    def suffix_reads(self) -> int:
+        """Tokens its suffixes read, common leading tokens once (kept: the scheduler asks often)."""
+        return suffix_tokens(self.suffixes)
 
 
 class Engine:
@@ -152,11 +158,6 @@ class Engine:
             return piece_sizes(max(1, n_tokens), UBATCH)
         return [min(self.n_batch, n_tokens - i) for i in range(0, n_tokens, self.n_batch)]
 
-    @staticmethod
-    def rows(seqs: tuple[int, ...], start: int, tokens: list[int]) -> list[Row]:
-        """Rows reading `tokens` from position `start` into every sequence of `seqs`, no logits."""
-        return [(tok, start + i, seqs, ()) for i, tok in enumerate(tokens)]
-
     def _read(self, stream: list[Row], on_logits) -> int:
         """Decode every (token, position, seqs, keys) row, the token in every sequence of seqs;
         for each key of a row, call on_logits(key, logits_ptr) once the row is decoded. Returns
@@ -196,7 +197,7 @@ class Engine:
         """Tokens `job` would read in a batch after `earlier`: its prefix beyond any snapshot
         or batch mate's identical prefix, plus its suffixes. For the scheduler's budget."""
         prefix = self.cache.estimate(job.prefix, [e.prefix for e in earlier])
-        return prefix + suffix_tokens(job.suffixes)
+        return prefix + job.suffix_reads
 
     def run(self, jobs: list[Job], *, warm: bool = False) -> int:
         """Answer every job (fills job.margins and job.reused); returns the tokens read. A warm
@@ -218,7 +219,8 @@ class Engine:
             for seq, j, _ in first:
                 self.copy(j, seq, len(jobs[j].prefix))  # the cells it has before its read: preamble, snapshot
                 sharing[j] = sharing.get(j, ()) + (seq,)
-            reads = [row for seq, start, tokens in plan.reads for row in self.rows((seq, *sharing.get(seq, ())), start, tokens)]
+            reads = [row for seq, start, tokens in plan.reads
+                     for row in token_rows((seq, *sharing.get(seq, ())), start, tokens)]
             read = self._read_wave(jobs, first, reads)
             for src, dst, n in plan.copies:
                 self.copy(src, dst, n)
@@ -242,10 +244,12 @@ class Engine:
         """Read `before` (prefix rows) and then the wave's suffixes, taking each suffix's margin;
         the suffixes of one job share the rows of their common leading tokens (pieces.shared_rows).
         The wave's sequences are removed afterwards."""
+        by_job: dict[int, list[tuple[int, list[int], int]]] = {}
+        for k, (seq, j, s) in enumerate(wave):
+            by_job.setdefault(j, []).append((seq, jobs[j].suffixes[s], k))
         rows = list(before or [])
-        for j in dict.fromkeys(j for _, j, _ in wave):
+        for j, suffixes in by_job.items():
             start = len(jobs[j].prefix)
-            suffixes = [(seq, jobs[j].suffixes[s], k) for k, (seq, jj, s) in enumerate(wave) if jj == j]
             rows += [(tok, start + depth, seqs, keys) for tok, depth, seqs, keys in shared_rows(suffixes)]
 
         def take(k: int, logits) -> None:
@@ -263,7 +267,7 @@ class Engine:
         loading, so the preamble's cells are the lowest and never need to move."""
         if not self.cache.enabled or len(tokens) < self.cache.min_tokens:
             return
-        self._read(self.rows((0,), 0, tokens), None)
+        self._read(token_rows((0,), 0, tokens), None)
         self.cache.pin(tokens, 0)
         self.remove(0)
         seq = self.cache.entries[0].seq

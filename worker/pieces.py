@@ -53,7 +53,6 @@ def suffix_waves(suffix_lengths: list[list[int]], free_seqs: Sequence[int],
     return waves
 
 
-
 @dataclass
 class _Node:
     token: int
@@ -62,7 +61,13 @@ class _Node:
     children: dict[int, _Node] = field(default_factory=dict)
 
 
-Row = tuple[int, int, tuple[int, ...], tuple[int, ...]]  # token, offset, seqs, keys
+# token, position (in shared_rows: the offset after the prefix), seqs it goes into, keys of the logits it gives
+Row = tuple[int, int, tuple[int, ...], tuple[int, ...]]
+
+
+def token_rows(seqs: tuple[int, ...], start: int, tokens: Sequence[int]) -> list[Row]:
+    """Rows reading `tokens` from position `start` into every sequence of `seqs`, no logits."""
+    return [(tok, start + i, seqs, ()) for i, tok in enumerate(tokens)]
 
 
 def shared_rows(suffixes: Sequence[tuple[int, Sequence[int], int]]) -> list[Row]:

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from shared.messages import Error, ErrorCode, Message, Result, SchedulerCounters, Score, suffix_tokens
+from shared.messages import Error, ErrorCode, Message, Result, SchedulerCounters, Score
 from shared.config import Settings
 from worker.engine import Engine, Job
 
@@ -37,7 +37,7 @@ class Pending:
     @classmethod
     def from_score(cls, score: Score) -> Pending:
         job = Job(prefix=score.prefix, suffixes=score.suffixes, yes_ids=score.yes_ids, no_ids=score.no_ids)
-        return cls(score, job, len(score.prefix) + suffix_tokens(score.suffixes))
+        return cls(score, job, len(score.prefix) + job.suffix_reads)
 
     @property
     def request_id(self) -> str:

@@ -30,7 +30,7 @@ from typing import Any, Protocol, Sequence
 
 import msgspec
 
-from shared.messages import SnapshotStats, prefix_key
+from shared.messages import SnapshotStats, common_prefix, prefix_key
 
 MIN_TOKENS = 32  # shorter prefixes are not worth a sequence
 
@@ -68,21 +68,6 @@ class Plan:
     admit: list[int] = field(default_factory=list)  # jobs whose prefix becomes a snapshot
     protect: set[int] = field(default_factory=set)  # ids of entries this batch used
     warm: bool = False
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix, by bisection over C-level slice compares."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 class SnapshotCache:
