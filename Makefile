@@ -16,6 +16,7 @@ LOADTEST_TARGET ?= all
 LOADTEST_USERS ?= 1,2,4,8
 LOADTEST_DURATION ?= 20s
 LOADTEST_WORKLOAD ?= W1
+LOADTEST_ROUNDS ?= 1
 LOADTEST_OUT ?= docs/benchmarks
 
 .PHONY: serve test setup clean loadtest bench-engine
@@ -53,7 +54,8 @@ test-tools:
 
 loadtest: $(VENV)/.installed-loadtest
 	$(PY) -m loadtest.sweep --target $(LOADTEST_TARGET) --users $(LOADTEST_USERS) \
-		--duration $(LOADTEST_DURATION) --workload $(LOADTEST_WORKLOAD) --out $(LOADTEST_OUT)
+		--duration $(LOADTEST_DURATION) --workload $(LOADTEST_WORKLOAD) \
+		--rounds $(LOADTEST_ROUNDS) --out $(LOADTEST_OUT)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

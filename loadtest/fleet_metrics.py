@@ -1,4 +1,4 @@
-"""Where our fleet's latency went during one run: two scrapes of its /metrics, differenced.
+"""Where our fleet's latency went during some runs: scrapes of its /metrics before and after each, differenced and added up.
 
 The Server-Timing histograms split each answer into queue time (waiting for the worker's
 scheduler) and inference time (the batch it ran in); their growth with users is the queueing
@@ -37,10 +37,15 @@ def scrape(url: str) -> dict[tuple[str, str], float]:
     return values
 
 
-def breakdown(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> Breakdown | None:
+def growth(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """What each series grew by between two scrapes; growths of several runs add up."""
+    return {key: value - before.get(key, 0.0) for key, value in after.items()}
+
+
+def breakdown(grown: dict[tuple[str, str], float]) -> Breakdown | None:
+    """Mean queue and inference time and batch size over the answers counted in `grown`."""
     def mean(series: str, label: str = "") -> float | None:
-        count = after.get((f"{series}_count", label), 0) - before.get((f"{series}_count", label), 0)
-        total = after.get((f"{series}_sum", label), 0) - before.get((f"{series}_sum", label), 0)
+        count, total = grown.get((f"{series}_count", label), 0), grown.get((f"{series}_sum", label), 0)
         return total / count if count > 0 else None
 
     queue, inference, batch = mean(PHASE, "queue"), mean(PHASE, "inference"), mean(BATCH)

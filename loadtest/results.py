@@ -13,6 +13,7 @@ waited out Retry-After).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -62,25 +63,30 @@ def histogram_percentile(histogram: dict[int, int], fraction: float) -> float:
     return percentile(list(histogram), fraction, counts=list(histogram.values()))
 
 
-def row_from_locust_json(path: Path, *, target: str, workload: str, users: int, seconds: float) -> Row:
-    """Locust's --json-file output: a list of stats entries, one per request name."""
-    entries = {e["name"]: e for e in json.loads(path.read_text())}
-    answer = entries.get(ANSWER, {})
-    histogram = {int(ms): n for ms, n in answer.get("response_times", {}).items()}
-    n_all = sum(e["num_requests"] for e in entries.values())
-    total_ms = sum(e["total_response_time"] for e in entries.values())
-    failures = answer.get("num_failures", 0)
+def row_from_locust_json(paths: list[Path], *, target: str, workload: str, users: int, seconds: float) -> Row:
+    """Locust's --json-file outputs (a list of stats entries, one per request name) of one or
+    more runs of one cell, pooled: counts added, histograms merged; `seconds` is their total."""
+    entries = [e for path in paths for e in json.loads(path.read_text())]
+
+    def total(name: str | None, key: str) -> int:
+        return sum(e.get(key) or 0 for e in entries if name is None or e["name"] == name)
+
+    histogram: Counter[int] = Counter()
+    for e in entries:
+        if e["name"] == ANSWER:
+            histogram.update({int(ms): n for ms, n in e.get("response_times", {}).items()})
+    n_all, failures = total(None, "num_requests"), total(ANSWER, "num_failures")
     # locustfile.py sets an answer's response length to the questions it answered
-    questions = answer.get("total_content_length")
+    questions = [e.get("total_content_length") for e in entries if e["name"] == ANSWER]
     return Row(
         target=target, workload=workload, users=users, seconds=seconds,
-        answered=answer.get("num_requests", 0) - failures,
-        errors=sum(e["num_failures"] for e in entries.values()),
-        shed=entries.get(SHED, {}).get("num_requests", 0),
+        answered=total(ANSWER, "num_requests") - failures,
+        errors=total(None, "num_failures"),
+        shed=total(SHED, "num_requests"),
         p50_ms=histogram_percentile(histogram, 0.50), p90_ms=histogram_percentile(histogram, 0.90),
         p99_ms=histogram_percentile(histogram, 0.99),
-        mean_ms=total_ms / n_all if n_all else float("nan"),
-        questions=None if questions is None else int(questions),
+        mean_ms=total(None, "total_response_time") / n_all if n_all else float("nan"),
+        questions=None if not questions or None in questions else int(sum(questions)),
     )
 
 

@@ -1,9 +1,9 @@
 """A throughput-vs-latency sweep: headless Locust once per user count, per target, in one run.
 
     python -m loadtest.sweep --host http://127.0.0.1:8017 --users 1,2,4,8,16 --duration 60s \
-        --workload W1 --target both --out DIR
+        --workload W1 --target both --rounds 3 --out DIR
 
-Targets are measured one after the other on the same machine, GGUF, thread count and prompts:
+Every target is measured on the same machine, GGUF, thread count and prompts:
   jevfleet          our fleet at --host, or one the sweep starts (and stops) when --host is absent
   jevfleet-fast     a fleet the sweep starts with --mode fast (micro-batches of any size, no
                     determinism guarantee): what the deterministic default costs
@@ -11,9 +11,14 @@ Targets are measured one after the other on the same machine, GGUF, thread count
                     per core instead of the default one worker per two cores
   llama-cpp-python  `python -m llama_cpp.server` on the same GGUF, started and stopped here
   llama-server      llama.cpp's server, built on first use into the cache dir (loadtest/llama_server.py)
-`both` = jevfleet + llama-cpp-python; `all` is every target. Each target gets a short unmeasured
-warm-up run first, and every measured run starts once one probe request has been answered (so
-work abandoned by the previous run does not land in the next one). DIR gets results.md, throughput_latency.png (rewritten after every run, so an
+`both` = jevfleet + llama-cpp-python; `all` is every target. All targets are started first and
+stay up (idle when not measured). Each cell (workload × user count) then runs every target in
+turn, --rounds times, the order reversed every other round (A B, B A, ...), so that the speed of
+this machine, which drifts by tens of percent over minutes, falls on every target alike; a
+cell's row pools its rounds (answers summed, percentiles over every answer). Each target gets a
+short unmeasured warm-up run per workload first, and every run ends once one probe request has
+been answered (so work abandoned when Locust stops lands in neither the next target's run nor
+the next round). DIR gets results.md, throughput_latency.png (rewritten after every cell, so an
 interrupted sweep keeps what it measured), rows.json and the logs of every Locust run and server.
 """
 from __future__ import annotations
@@ -26,7 +31,8 @@ import shlex
 import subprocess
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
+from collections import Counter
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -79,6 +85,12 @@ def user_counts(text: str) -> list[int]:
     return counts
 
 
+def rounds(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"rounds must be a positive integer, not {text!r}")
+    return int(text)
+
+
 def target_list(text: str) -> list[str]:
     chosen: list[str] = []
     for part in text.split(","):
@@ -104,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="", help="URL of a running jevfleet gateway; absent: start one")
     p.add_argument("--users", type=user_counts, default=[1, 2, 4, 8, 16], help="comma-separated user counts")
     p.add_argument("--duration", type=seconds, default=60, help="measured time per user count (60s, 2m)")
+    p.add_argument("--rounds", type=rounds, default=1,
+                   help="runs of each target per cell, interleaved (A B, B A, ...) and pooled")
     p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
     p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3, W4 or a comma list")
     p.add_argument("--target", type=target_list, default=["jevfleet"],
@@ -145,7 +159,7 @@ class Sweep:
         self.cache = settings.cache_path
         self.profile = load_profile(settings.profile)
         self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
-        self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users)
+        self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users) * args.rounds
         self.runs_done = 0
 
     def server(self, target: str) -> AbstractContextManager[str]:
@@ -161,53 +175,67 @@ class Sweep:
                                     slots=a.slots)
 
     def run(self) -> list[results.Row]:
-        print(f"sweep: {', '.join(self.args.target)} × {', '.join(self.args.workload)} × users "
-              f"{self.args.users}, {self.args.duration}s each → {self.out}\nmachine: {self.machine}", flush=True)
-        for target in self.args.target:
-            print(f"[{target}] starting", flush=True)
-            with self.server(target) as url:
-                print(f"[{target}] serving at {url}", flush=True)
-                for workload in self.args.workload:
-                    if not can_run(target, workload):
-                        print(f"[{target}] skips {workload}: it takes one prompt per call", flush=True)
-                        continue
-                    if self.args.warmup:
-                        self.locust(target, url, workload, users=1, duration=self.args.warmup, tag="warmup")
-                    for users in self.args.users:
-                        self.measure(target, url, workload, users)
-            print(f"[{target}] stopped", flush=True)
+        a = self.args
+        print(f"sweep: {', '.join(a.target)} × {', '.join(a.workload)} × users {a.users}, "
+              f"{a.rounds} × {a.duration}s each → {self.out}\nmachine: {self.machine}", flush=True)
+        with ExitStack() as servers_up:
+            urls: dict[str, str] = {}
+            for target in a.target:
+                print(f"[{target}] starting", flush=True)
+                urls[target] = servers_up.enter_context(self.server(target))
+                print(f"[{target}] serving at {urls[target]}", flush=True)
+            for workload in a.workload:
+                targets = [t for t in a.target if can_run(t, workload)]
+                for target in set(a.target) - set(targets):
+                    print(f"[{target}] skips {workload}: it takes one prompt per call", flush=True)
+                if a.warmup:
+                    for target in targets:
+                        self.locust(target, urls[target], workload, users=1, duration=a.warmup, tag="warmup")
+                for users in a.users:
+                    self.measure(targets, urls, workload, users)
+        print("servers stopped", flush=True)
         return self.rows
 
-    def measure(self, target: str, url: str, workload: str, users: int) -> None:
-        self.runs_done += 1
-        self.settle(target, url, workload)
-        ours = PROTOCOL_OF[target] == "jevfleet"  # our fleet: its /metrics split the time
-        before = fleet_metrics.scrape(url) if ours else {}
-        stats = self.locust(target, url, workload, users=users, duration=self.args.duration,
-                            tag=f"{self.runs_done}/{self.runs_total}")
-        row = results.row_from_locust_json(stats, target=target, workload=workload, users=users,
-                                           seconds=self.args.duration)
-        split = fleet_metrics.breakdown(before, fleet_metrics.scrape(url)) if ours else None
-        if split is not None:
-            row = replace(row, queue_ms=split.queue_ms, inference_ms=split.inference_ms, batch=split.batch)
-        self.rows.append(row)
-        print(f"    {row.answered} answers, {row.rps:.2f} req/s, {row.qps:.2f} answers/s, p50 {row.p50_ms:.0f} ms, p99 {row.p99_ms:.0f} ms, "
-              f"errors {row.errors}, shed {row.shed}, L=λW {row.littles_l:.2f}", flush=True)
+    def measure(self, targets: list[str], urls: dict[str, str], workload: str, users: int) -> None:
+        """One cell: every target `rounds` times, interleaved; one pooled row per target."""
+        runs: dict[str, list[Path]] = {t: [] for t in targets}
+        metrics: dict[str, Counter] = {t: Counter() for t in targets}  # /metrics growth over the runs
+        for r in range(self.args.rounds):
+            for target in targets if r % 2 == 0 else targets[::-1]:
+                self.runs_done += 1
+                ours = PROTOCOL_OF[target] == "jevfleet"  # our fleet: its /metrics split the time
+                before = fleet_metrics.scrape(urls[target]) if ours else {}
+                runs[target].append(self.locust(target, urls[target], workload, users=users,
+                                                duration=self.args.duration, tag=f"{self.runs_done}/{self.runs_total}",
+                                                round_=r + 1))
+                if ours:
+                    metrics[target].update(fleet_metrics.growth(before, fleet_metrics.scrape(urls[target])))
+        for target in targets:
+            row = results.row_from_locust_json(runs[target], target=target, workload=workload, users=users,
+                                               seconds=self.args.duration * self.args.rounds)
+            split = fleet_metrics.breakdown(metrics[target]) if metrics[target] else None
+            if split is not None:
+                row = replace(row, queue_ms=split.queue_ms, inference_ms=split.inference_ms, batch=split.batch)
+            self.rows.append(row)
+            print(f"    {target} {workload} users={users}: {row.answered} answers, {row.rps:.2f} req/s, "
+                  f"{row.qps:.2f} answers/s, p50 {row.p50_ms:.0f} ms, p99 {row.p99_ms:.0f} ms, "
+                  f"errors {row.errors}, shed {row.shed}, L=λW {row.littles_l:.2f}", flush=True)
         self.write()
 
     def settle(self, target: str, url: str, workload: str) -> None:
-        """Send one request and wait for its answer before a measured run. When Locust stops a run
-        it abandons the requests in flight, and a server may still work them off (a running batch
-        cannot be cancelled); on a FIFO server this probe's answer comes after that backlog."""
+        """Send one request and wait for its answer. When Locust stops a run it abandons the
+        requests in flight, and a server may still work them off (a running batch cannot be
+        cancelled); on a FIFO server this probe's answer comes after that backlog."""
         protocol = PROTOCOLS[PROTOCOL_OF[target]]
         body = json.dumps(protocol.body(self.profile, workloads.load(workload)[0])).encode()
         status = probe("POST", url + protocol.path, body, {"Content-Type": "application/json"}, SETTLE_TIMEOUT_S)[0]
         if status != 200:
             print(f"    warning: settle probe got status {status}", flush=True)
 
-    def locust(self, target: str, url: str, workload: str, *, users: int, duration: int, tag: str) -> Path:
-        """One headless Locust run; returns its JSON stats file."""
-        name = f"{target}-{workload}-u{users}" + ("-warmup" if tag == "warmup" else "")
+    def locust(self, target: str, url: str, workload: str, *, users: int, duration: int, tag: str,
+               round_: int = 1) -> Path:
+        """One headless Locust run, ended by a settle probe; returns its JSON stats file."""
+        name = f"{target}-{workload}-u{users}" + ("-warmup" if tag == "warmup" else f"-r{round_}" * (round_ > 1))
         stats, log_path = self.logs / f"{name}.json", self.logs / f"{name}.log"
         cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
                "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{duration}s",
@@ -230,6 +258,7 @@ class Sweep:
                     bar.refresh()
         if proc.returncode not in (0, 1) or not stats.is_file():  # locust exits 1 when any request failed
             raise RuntimeError(f"locust failed ({proc.returncode}); see {log_path}:\n{log_path.read_text()[-2000:]}")
+        self.settle(target, url, workload)
         return stats
 
     def write(self) -> None:
