@@ -5,6 +5,15 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Building llama-cpp-python from source: the LLaVA part is not needed and costs a minute.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# llama.cpp is built with -march=native, which turns on Intel AMX where the CPU lists it. Some VMs
+# list AMX and then fault on its first tile instruction (SIGILL in llama_decode; seen here on a Xeon),
+# and deterministic mode's shape rules cover the repacked and tiled kernels, not AMX's
+# (docs/architecture.md). So llama.cpp is built without AMX, here and for llama-server
+# (loadtest/llama_server.py: NO_AMX).
+ifeq ($(shell uname -m),x86_64)
+export CFLAGS += -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+export CXXFLAGS += -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+endif
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 

@@ -4,10 +4,11 @@ No binary is committed: the first sweep that asks for the llama-server target do
 sdist of the llama-cpp-python version we run (pip download --no-binary, from PyPI like every
 other dependency), configures its vendored llama.cpp with only what the server needs (no web
 UI, no network fetches, static libraries) and builds the one target at nice 19 with 2 jobs.
-The binary is kept in the cache dir, keyed by version; later sweeps reuse it.
+The binary is kept in the cache dir, keyed by version and build flags; later sweeps reuse it.
 """
 from __future__ import annotations
 
+import platform
 import re
 import shutil
 import subprocess
@@ -30,12 +31,16 @@ CMAKE_FLAGS = [
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_CURL=OFF",
 ]
+# Built without Intel AMX, as the Makefile builds llama-cpp-python: some VMs list AMX and fault on its
+# first tile instruction, and both sides of a comparison should run the same kernels.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+BUILD = "no-amx"  # part of the cache key, so that a binary built before NO_AMX is not reused
 JOBS = 2
 PROGRESS = re.compile(r"^\[\s*(\d+)(?:/(\d+)|%)\]")  # ninja's "[n/m] ...", make's "[ 42%] ..."
 
 
 def binary_path(cache: Path) -> Path:
-    return cache / "llama-server" / version("llama-cpp-python") / "llama-server"
+    return cache / "llama-server" / f"{version('llama-cpp-python')}-{BUILD}" / "llama-server"
 
 
 def ensure_llama_server(cache: Path) -> Path:
@@ -57,7 +62,8 @@ def ensure_llama_server(cache: Path) -> Path:
         source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
         build = work / "build"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        _run(["nice", "-n", "19", "cmake", "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS], log)
+        no_amx = [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"] if platform.machine() == "x86_64" else []
+        _run(["nice", "-n", "19", "cmake", "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS, *no_amx], log)
         _run(["nice", "-n", "19", "cmake", "--build", str(build), "--target", "llama-server", "-j", str(JOBS)],
              log, progress=True)
         shutil.copy2(build / "bin" / "llama-server", target)

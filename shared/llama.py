@@ -37,6 +37,10 @@ def llama() -> ModuleType:
 
         _log_callback = _log
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        if b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info():
+            sys.stderr.write("jevfleet: this llama-cpp-python was built with Intel AMX, which some VMs fault on "
+                             "(SIGILL) and whose kernels deterministic mode's shape rules do not cover; "
+                             "install it through the Makefile, which builds it with -mno-amx-*\n")
         _llama = llama_cpp
     return _llama
 
