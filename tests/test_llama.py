@@ -1,0 +1,13 @@
+"""shared/llama.py: the llama.cpp library as the Makefile builds it."""
+import pytest
+
+from shared.llama import llama
+
+
+@pytest.mark.model  # the tier guard counts any llama.cpp start as the model tier
+def test_the_library_is_built_without_intel_amx():
+    # The Makefile passes -mno-amx-*: AMX faults (SIGILL) in some VMs that list it, and its kernels
+    # are not covered by deterministic mode's shape rules (docs/architecture.md). On a CPU with
+    # AMX, a build without those flags would say AMX_INT8 = 1 here.
+    info = llama().llama_print_system_info().decode()
+    assert "CPU :" in info and "AMX_INT8 = 1" not in info, info
