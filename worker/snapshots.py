@@ -17,7 +17,8 @@ prefix therefore remembers the `epoch` it was placed in; every eviction starts a
 before a copy of a prefix from an older epoch is extended, the prefixes used by the batch are
 relocated: saved, removed and restored (a memcpy of their cells, about 1.5 ms per 250 tokens).
 Restoring is first-fit too, so afterwards no free cell lies below them and new tokens land
-above. The pinned preamble is read first into an empty cache and never moves.
+above; and entries that were in place stay in place (see _relocate), so a relocation starts no
+new epoch. The pinned preamble is read first into an empty cache and never moves.
 
 Sliding-window layers (Gemma 3): llama.cpp may drop cells that fell out of a kept prefix's
 window, and a saved state omits them. A full match never needs them; a partial match (an LCP
@@ -256,11 +257,17 @@ class SnapshotCache:
         self.epoch += 1  # its cells are free now, maybe below other entries
 
     def _relocate(self, movers: list[Entry]) -> None:
-        """Save every mover, remove them all, restore them: they land first-fit, in order."""
+        """Save every mover, remove them all, restore them: they land first-fit, in order.
+
+        This starts no new epoch. An entry in place had no free cell below it, so the only free
+        cells below it now are the movers' own, and they are the lowest free cells: the restore
+        fills them first, since it puts back at least as many cells as were freed there. So the
+        entries in place stay in place, and the movers join them. (Starting a new epoch here
+        made every entry a mover in turn: once one eviction had happened, each batch that used
+        other entries than the last one relocated them all again.)"""
         blobs = [self.backend.save(e.seq) for e in movers]
         for e in movers:
             self.backend.remove(e.seq)
-        self.epoch += 1
         self.counters.relocations += 1
         done = 0
         try:
@@ -269,6 +276,8 @@ class SnapshotCache:
                 e.placed = self.epoch
                 done += 1
         finally:
-            for e in movers[done:]:  # a failed restore loses the rest, never serves them half
+            if done < len(movers):  # a failed restore loses the rest, never serves them half,
+                self.epoch += 1  # and their cells stay free, maybe below entries in place
+            for e in movers[done:]:
                 self._forget(e)
 
