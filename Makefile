@@ -5,15 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Building llama-cpp-python from source: the LLaVA part is not needed and costs a minute.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
-# llama.cpp is built with -march=native, which turns on Intel AMX where the CPU lists it. Some VMs
-# list AMX and then fault on its first tile instruction (SIGILL in llama_decode; seen here on a Xeon),
-# and deterministic mode's shape rules cover the repacked and tiled kernels, not AMX's
-# (docs/architecture.md). So llama.cpp is built without AMX, here and for llama-server
-# (loadtest/llama_server.py: NO_AMX).
-ifeq ($(shell uname -m),x86_64)
-export CFLAGS += -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
-export CXXFLAGS += -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
-endif
+# llama.cpp without Intel AMX: shared/llama.no_amx_flags gives the flags and says why.
+NO_AMX := $(shell $(PY_BOOT) -c 'from shared.llama import no_amx_flags; print(no_amx_flags())')
+export CFLAGS += $(NO_AMX)
+export CXXFLAGS += $(NO_AMX)
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 
@@ -108,6 +103,11 @@ bench-decode: $(VENV)/.installed-bench
 .PHONY: bench-shapes
 bench-shapes: $(VENV)/.installed-bench
 	$(PY) -m bench.request_shapes $(BENCH_ARGS)
+
+# W3 at 4 users on a fresh fleet and on one that answered W1 first, in turns (issue 12's relocation fix).
+.PHONY: bench-history
+bench-history: $(VENV)/.installed-bench
+	$(PY) -m bench.fleet_history $(BENCH_ARGS)
 
 # The same closed-loop load on fleets of different shapes: 1 worker × 2 threads vs 2 × 1 here.
 # BENCH_ARGS=--quick for a short run; --shapes 1x2,2x2,4x2,8x2 on a bigger machine.

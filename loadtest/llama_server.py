@@ -8,7 +8,6 @@ The binary is kept in the cache dir, keyed by version and build flags; later swe
 """
 from __future__ import annotations
 
-import platform
 import re
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 from tqdm import tqdm
+
+from shared.llama import no_amx_flags
 
 CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release",
@@ -31,16 +32,15 @@ CMAKE_FLAGS = [
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_CURL=OFF",
 ]
-# Built without Intel AMX, as the Makefile builds llama-cpp-python: some VMs list AMX and fault on its
-# first tile instruction, and both sides of a comparison should run the same kernels.
-NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-BUILD = "no-amx"  # part of the cache key, so that a binary built before NO_AMX is not reused
 JOBS = 2
 PROGRESS = re.compile(r"^\[\s*(\d+)(?:/(\d+)|%)\]")  # ninja's "[n/m] ...", make's "[ 42%] ..."
 
 
 def binary_path(cache: Path) -> Path:
-    return cache / "llama-server" / f"{version('llama-cpp-python')}-{BUILD}" / "llama-server"
+    """Keyed by version, and by no_amx_flags, which llama-server is built with as llama-cpp-python
+    is (both sides of a comparison run the same kernels): a binary built with AMX is not reused."""
+    suffix = "-no-amx" if no_amx_flags() else ""
+    return cache / "llama-server" / f"{version('llama-cpp-python')}{suffix}" / "llama-server"
 
 
 def ensure_llama_server(cache: Path) -> Path:
@@ -62,7 +62,8 @@ def ensure_llama_server(cache: Path) -> Path:
         source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
         build = work / "build"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        no_amx = [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"] if platform.machine() == "x86_64" else []
+        flags = no_amx_flags()
+        no_amx = [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"] if flags else []
         _run(["nice", "-n", "19", "cmake", "-S", str(source), "-B", str(build), *generator, *CMAKE_FLAGS, *no_amx], log)
         _run(["nice", "-n", "19", "cmake", "--build", str(build), "--target", "llama-server", "-j", str(JOBS)],
              log, progress=True)

@@ -9,6 +9,7 @@ from the shapes of its micro-batches (worker/pieces.py), not from switching kern
 from __future__ import annotations
 
 import ctypes
+import platform
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -37,12 +38,25 @@ def llama() -> ModuleType:
 
         _log_callback = _log
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-        if b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info():
-            sys.stderr.write("jevfleet: this llama-cpp-python was built with Intel AMX, which some VMs fault on "
-                             "(SIGILL) and whose kernels deterministic mode's shape rules do not cover; "
-                             "install it through the Makefile, which builds it with -mno-amx-*\n")
         _llama = llama_cpp
+        if built_with_amx():
+            sys.stderr.write(f"jevfleet: this llama-cpp-python was built with Intel AMX; install it through the "
+                             f"Makefile, which builds it with {no_amx_flags()} (shared/llama.no_amx_flags says why)\n")
     return _llama
+
+
+def no_amx_flags() -> str:
+    """C/C++ compiler flags that keep Intel AMX out of a llama.cpp build ("" off x86_64). The
+    Makefile builds llama-cpp-python with them and loadtest/llama_server.py builds llama-server
+    with them: -march=native turns AMX on where the CPU lists it, some VMs list it and then fault
+    on its first tile instruction (SIGILL in llama_decode), and deterministic mode's shape rules
+    cover the repacked and tiled kernels, not AMX's (docs/architecture.md). Standard library
+    only: the Makefile reads this with the system Python, before the venv exists."""
+    return "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if platform.machine() == "x86_64" else ""
+
+
+def built_with_amx() -> bool:
+    return b"AMX_INT8 = 1" in llama().llama_print_system_info()
 
 
 def load_model(path: Path, *, vocab_only: bool = False):
