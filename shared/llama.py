@@ -21,6 +21,7 @@ MAX_STATE_CACHE = MAX_SEQ - N_WORK  # the rest hold state snapshots (worker/snap
 
 _llama: ModuleType | None = None
 _log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
+_ggml: ctypes.CDLL | None = None
 _WARN, _ERROR = 3, 4  # ggml_log_level
 
 
@@ -95,3 +96,21 @@ def set_abort_callback(ctx, callback) -> None:
     fn.argtypes = [ctypes.c_void_p, raw.ggml_abort_callback, ctypes.c_void_p]
     fn.restype = None
     fn(ctx, callback if callback is not None else raw.ggml_abort_callback(), None)
+
+
+def ggml() -> ctypes.CDLL:
+    """ggml's base library from llama-cpp-python's own build (llama-cpp-python wraps none of it):
+    the tensor accessors an eval callback needs (worker/hidden.py)."""
+    global _ggml
+    if _ggml is None:
+        import llama_cpp
+
+        lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
+        lib.ggml_get_name.argtypes = [ctypes.c_void_p]
+        lib.ggml_get_name.restype = ctypes.c_char_p
+        lib.ggml_nelements.argtypes = [ctypes.c_void_p]
+        lib.ggml_nelements.restype = ctypes.c_int64
+        lib.ggml_get_data_f32.argtypes = [ctypes.c_void_p]
+        lib.ggml_get_data_f32.restype = ctypes.POINTER(ctypes.c_float)
+        _ggml = lib
+    return _ggml
