@@ -2,14 +2,14 @@
 logit margin, or a profile's learned head.
 
 The head is a logistic regression on a fixed set of logits columns (conf/models/<profile>.head.npz,
-fitted by `jevfleet calibrate --head`). A column is W[id]·h (W the output matrix, whose rows
-worker/hidden.py reads from the GGUF file), so the head is linear in h too: bias + v·h with
-v = Σ weight·W[id], folded once when the engine loads. llama.cpp never computes the full logits
-row (worker/hidden.py says why).
+fitted by `jevfleet calibrate --head`). A column is W[id]·h, W the output matrix, whose rows
+worker/hidden.py reads from the GGUF file: llama.cpp never computes the full logits row
+(worker/hidden.py says why). The head's columns come from one product of fixed shape, the same
+one that captures them for `calibrate`, so eval with the head on reproduces calibrate's margins.
 
 Invariant: the margin is a function of h alone, rounded as llama.cpp's output matmul would round
-it (worker/hidden.py), each sum taken exactly rounded (math.fsum), so deterministic mode stays
-bit-identical with the head on, and two processes agree on v.
+it (worker/hidden.py), by sums in an order fixed by the shapes alone (the yes/no margin's exactly
+rounded), so deterministic mode stays bit-identical with the head on.
 """
 from __future__ import annotations
 
@@ -80,20 +80,25 @@ class Readout:
     def __init__(self, matrix: OutputMatrix, head: Head | None = None) -> None:
         self.matrix = matrix
         self.head = head
-        self.capture: np.ndarray | None = None
-        self.vector: np.ndarray | None = None  # the head folded into one vector over h
-        if head is not None:
-            if head.ids.min() < 0 or head.ids.max() >= matrix.n_vocab:
-                raise ValueError("the head reads token ids outside this model's vocabulary")
-            rows = matrix.rows(head.ids) * head.weights[:, None]
-            self.vector = np.array([math.fsum(column) for column in rows.T])
+        self._capture: tuple[np.ndarray, np.ndarray] | None = None  # ids, their rows of W
+        if head is not None and (head.ids.min() < 0 or head.ids.max() >= matrix.n_vocab):
+            raise ValueError("the head reads token ids outside this model's vocabulary")
+        self._head_rows = None if head is None else matrix.rows(head.ids)
+
+    @property
+    def capture(self) -> np.ndarray | None:
+        return None if self._capture is None else self._capture[0]
+
+    @capture.setter
+    def capture(self, ids: np.ndarray | None) -> None:
+        self._capture = None if ids is None else (ids, self.matrix.rows(ids))
 
     def margin(self, job: Job, suffix: int, hidden: np.ndarray) -> float:
         h = q8_0_round_trip(hidden)
-        if self.capture is not None:
-            job.features[suffix] = np.array([math.fsum(row) for row in self.matrix.rows(self.capture) * h])
-        if self.vector is not None:
-            return self.head.bias + math.fsum(self.vector * h)
+        if self._capture is not None:
+            job.features[suffix] = self._capture[1] @ h
+        if self.head is not None:
+            return self.head.logit_of(self._head_rows @ h)
         return logsumexp([self.logit(t, h) for t in job.yes_ids]) - logsumexp([self.logit(t, h) for t in job.no_ids])
 
     def logit(self, token: int, h: np.ndarray) -> float:
