@@ -68,4 +68,4 @@ def test_a_model_with_soft_capped_logits_is_refused(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     with pytest.raises(ValueError, match="soft-capped"):
-        OutputMatrix(path)
+        OutputMatrix(path, n_vocab=8, n_embd=4)

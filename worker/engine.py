@@ -78,8 +78,8 @@ class Engine:
         self.model = load_model(model_path)
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
-        self.readout = Readout(OutputMatrix(model_path), head)  # margin per suffix: yes−no, or the head
-        self.tap = HiddenTap(lib.llama_model_n_embd(self.model))
+        self.tap = HiddenTap(lib.llama_model_n_embd(self.model))  # each output row's final hidden state
+        self.readout = Readout(OutputMatrix(model_path, n_vocab=self.n_vocab, n_embd=self.tap.n_embd), head)
         self.n_seq_max = N_WORK + state_cache
         # Cells: snapshots, one batch's reads (prefixes or one long request), a suffix wave, padding.
         snapshot_cells = state_cache_tokens if state_cache else 0
