@@ -16,7 +16,10 @@ Invariant: a column is a function of h alone, so an answer is as independent of 
 cache state as h is. h itself can move in its last bits (the attention sums over cells in other
 orders); llama.cpp's output matmul first rounds h to 8 bits a value (Q8_0, the activation type
 ggml pairs with Q8_0 weights), which absorbs that, and so does the engine: it reads columns from
-h rounded the same way (q8_0_round_trip), in fixed-order sums (worker/head.py).
+h rounded the same way (q8_0_round_trip), in fixed-order sums (worker/head.py). (With output
+weights of a K-quant type ggml would round h by blocks of 256 instead; the Q8_0 rounding here
+still absorbs the last bits, it just matches llama.cpp's logits less closely. Both profiles' output
+matrices are Q8_0.)
 """
 from __future__ import annotations
 
@@ -61,6 +64,8 @@ class OutputMatrix:
             tensor = lib.gguf_find_tensor(ctx, b"output.weight")
             if tensor < 0:
                 tensor = lib.gguf_find_tensor(ctx, b"token_embd.weight")
+            if tensor < 0:
+                raise ValueError(f"{path.name}: no output matrix (output.weight or token_embd.weight)")
             offset = lib.gguf_get_data_offset(ctx) + lib.gguf_get_tensor_offset(ctx, tensor)
             size = lib.gguf_get_tensor_size(ctx, tensor)
             self._type = GGMLQuantizationType(lib.gguf_get_tensor_type(ctx, tensor))
@@ -68,7 +73,7 @@ class OutputMatrix:
             lib.gguf_free(ctx)
         self.n_vocab, self.n_embd = n_vocab, n_embd
         self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(n_vocab, size // n_vocab))
-        self._rows: dict[int, np.ndarray] = {}
+        self._rows: dict[int, np.ndarray] = {0: self.rows([0])[0]}  # gguf dequantizes this type, or fail now
 
     def rows(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """W[ids] as float64, one row per id."""
