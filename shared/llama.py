@@ -21,6 +21,7 @@ MAX_STATE_CACHE = MAX_SEQ - N_WORK  # the rest hold state snapshots (worker/snap
 
 _llama: ModuleType | None = None
 _log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
+_ggml: ctypes.CDLL | None = None
 _WARN, _ERROR = 3, 4  # ggml_log_level
 
 
@@ -95,3 +96,29 @@ def set_abort_callback(ctx, callback) -> None:
     fn.argtypes = [ctypes.c_void_p, raw.ggml_abort_callback, ctypes.c_void_p]
     fn.restype = None
     fn(ctx, callback if callback is not None else raw.ggml_abort_callback(), None)
+
+
+class GGUFInitParams(ctypes.Structure):
+    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
+
+
+def ggml() -> ctypes.CDLL:
+    """ggml's base library from llama-cpp-python's own build (llama-cpp-python wraps none of it):
+    the tensor accessors an eval callback needs and the GGUF header reader (worker/hidden.py)."""
+    global _ggml
+    if _ggml is None:
+        import llama_cpp
+
+        lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
+        p, i64, size, text = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t, ctypes.c_char_p
+        for name, args, result in (
+                ("ggml_get_name", [p], text), ("ggml_nelements", [p], i64),
+                ("ggml_get_data_f32", [p], ctypes.POINTER(ctypes.c_float)),
+                ("gguf_init_from_file", [text, GGUFInitParams], p), ("gguf_free", [p], None),
+                ("gguf_find_key", [p, text], i64), ("gguf_get_val_str", [p, i64], text),
+                ("gguf_find_tensor", [p, text], i64), ("gguf_get_data_offset", [p], size),
+                ("gguf_get_tensor_offset", [p, i64], size), ("gguf_get_tensor_size", [p, i64], size),
+                ("gguf_get_tensor_type", [p, i64], ctypes.c_int)):
+            getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
+        _ggml = lib
+    return _ggml

@@ -3,7 +3,6 @@ logits row (worker/head.py), its place in a profile, and â€” on the real model â
 with the head on stay bit-identical however a request is batched or served from a snapshot."""
 from __future__ import annotations
 
-import ctypes
 import math
 import random
 
@@ -16,6 +15,7 @@ from quality.head import feature_ids, fit_head, fit_logistic
 from shared.profiles import load_profile
 from worker.engine import Job
 from worker.head import Readout, load_head, logsumexp, make_head
+from worker.hidden import q8_0_round_trip
 
 
 def separable(n: int, dims: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -43,9 +43,6 @@ def test_fit_head_ranks_held_out_items_and_its_logit_is_the_fitted_function():
     assert np.mean((oof > 0) == y[:160]) > 0.8  # out-of-fold, so not a memorised answer
     held = np.array([head.logit_of(row) for row in x[160:].astype(np.float32)])
     assert np.mean((held > 0) == y[160:]) > 0.8
-    row = np.zeros(200, dtype=np.float32)
-    row[100:140] = x[200]
-    assert head.logit(row) == head.logit_of(x[200].astype(np.float32))
 
 
 def test_feature_ids_hold_the_answer_tokens_and_are_distinct_and_sorted():
@@ -71,22 +68,58 @@ def test_a_malformed_head_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match="not a head"):
         load_head(path)
     with pytest.raises(ValueError, match="outside"):
-        Readout(10, make_head(np.array([3, 12]), np.array([1.0, 1.0]), 0.0))
+        Readout(Matrix(np.eye(10)), make_head(np.array([3, 12]), np.array([1.0, 1.0]), 0.0))
+
+
+class Matrix:
+    """An output matrix held in memory (worker/hidden.OutputMatrix reads a GGUF file)."""
+
+    def __init__(self, w: np.ndarray) -> None:
+        self.w, (self.n_vocab, self.n_embd) = w, w.shape
+
+    def rows(self, ids) -> np.ndarray:
+        return self.w[np.asarray(ids)].astype(np.float64)
+
+    def row(self, token: int) -> np.ndarray:
+        return self.rows([token])[0]
 
 
 def test_readout_margin_plain_head_and_capture():
-    row = (ctypes.c_float * 8)(*[0.5, -1.0, 2.0, 0.25, -3.0, 1.5, 0.0, 4.0])
+    # logits = h (W is I); multiples of 1/32 up to 127/32 come through the 8-bit rounding unchanged
+    h = np.array([16, -32, 64, 8, -96, 48, 0, 127] + [0] * 24, dtype=np.float32) / 32
     job = Job(prefix=[], suffixes=[[1]], yes_ids=[2, 5], no_ids=[1, 4])
-    plain = Readout(8).margin(job, 0, row)
+    plain = Readout(Matrix(np.eye(32))).margin(job, 0, h)
     assert plain == logsumexp([2.0, 1.5]) - logsumexp([-1.0, -3.0])
     head = make_head(np.array([0, 3, 7]), np.array([1.0, -2.0, 0.5]), 0.25)
-    readout = Readout(8, head)
+    readout = Readout(Matrix(np.eye(32)), head)
     readout.capture = np.array([0, 3, 7])
-    assert readout.margin(job, 0, row) == 0.25 + 0.5 - 0.5 + 2.0
-    assert job.features[0].tolist() == [0.5, 0.25, 4.0]
-    capture_only = Readout(8)
+    assert readout.margin(job, 0, h) == 0.25 + 0.5 - 0.5 + 127 / 64
+    assert job.features[0].tolist() == [0.5, 0.25, 127 / 32]
+    capture_only = Readout(Matrix(np.eye(32)))
     capture_only.capture = np.array([1])
-    assert capture_only.margin(job, 0, row) == plain
+    assert capture_only.margin(job, 0, h) == plain
+
+
+def test_the_head_reads_its_columns_from_the_hidden_state():
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(50, 64))
+    head = make_head(np.array([4, 9, 31]), np.array([0.5, -1.5, 2.0]), -0.25)
+    h = rng.normal(size=64).astype(np.float32)
+    readout = Readout(Matrix(w), head)
+    columns = w[[4, 9, 31]] @ q8_0_round_trip(h)
+    assert readout.margin(Job([], [[1]], [1], [2]), 0, h) == head.logit_of(columns)
+
+
+def test_the_8_bit_rounding_is_ggmls_q8_0():
+    """Per block of 32: scale max|x|/127 stored as float16, values rounded half away from zero."""
+    h = np.zeros(64, dtype=np.float32)
+    h[:3] = [127 / 64, 0.5 / 64 * 3, -1.5 / 64]  # 1.5 and -1.5 steps: half away from zero
+    h[32:35] = [1e-3, -2e-3, 0.0]
+    out = q8_0_round_trip(h)
+    assert out[:3].tolist() == [127 / 64, 2 / 64, -2 / 64]
+    scale = float(np.float16(np.float32(2e-3) / np.float32(127)))
+    assert out[32:35].tolist() == [64 * scale, -127 * scale, 0.0]
+    assert not q8_0_round_trip(np.zeros(32, np.float32)).any()
 
 
 PROFILE = """name = "p"
@@ -141,7 +174,7 @@ def engines():
     ids = feature_ids(fresh.n_vocab, yes, count=700)
     head = make_head(ids, np.random.default_rng(16).normal(scale=0.05, size=len(ids)), 0.1)
     for engine in (fresh, cached):
-        engine.readout = Readout(engine.n_vocab, head)
+        engine.readout = Readout(engine.readout.matrix, head)
     yield fresh, cached, head
     fresh.close()
     cached.close()
@@ -176,9 +209,10 @@ def test_the_head_logit_is_the_head_applied_to_the_captured_columns(engines):
         fresh.readout.capture = None
     assert [head.logit_of(job.features[s]) for s in range(2)] == job.margins
     plain = make_job(fresh, STATES[0], QUESTIONS[:2])
-    head_readout, fresh.readout = fresh.readout, Readout(fresh.n_vocab)
+    head_readout, fresh.readout = fresh.readout, Readout(fresh.readout.matrix)
     try:
         fresh.run([plain])
     finally:
         fresh.readout = head_readout
     assert all(math.isfinite(m) for m in plain.margins) and plain.margins != job.margins
+

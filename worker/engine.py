@@ -4,9 +4,9 @@ The engine reads a batch of requests: each request's prefix (preamble + state) i
 sequence of its own, starting from a state snapshot when one matches (worker/snapshots.py),
 then every suffix (one per yes/no job) into a sequence that starts as a copy of its prefix, the
 leading tokens that suffixes of one prefix have in common read once into cells they all see.
-Logits are computed only at the last token of each suffix, and only the yes/no token columns
-(or a learned head's columns, worker/head.py) are read from them: the 262k-column output row
-is never copied.
+Only the last token of each suffix is an output row, and llama.cpp's graph stops at its final
+hidden state (worker/hidden.py): the answer's few logits columns, the yes/no tokens or a learned
+head's (worker/head.py), are computed from it, the 262k-column output row never is.
 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, of how the prompt
 was cut and of whether its state came from a snapshot (docs/architecture.md): flash attention
@@ -23,10 +23,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from shared.config import Settings
 from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
 from shared.messages import suffix_tokens
 from worker.head import Head, Readout
+from worker.hidden import HiddenTap, OutputMatrix
 from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 
@@ -75,10 +78,10 @@ class Engine:
         self.model = load_model(model_path)
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
-        self.readout = Readout(self.n_vocab, head)  # margin per suffix: yes−no, or the learned head
+        self.tap = HiddenTap(lib.llama_model_n_embd(self.model))  # each output row's final hidden state
+        self.readout = Readout(OutputMatrix(model_path, n_vocab=self.n_vocab, n_embd=self.tap.n_embd), head)
         self.n_seq_max = N_WORK + state_cache
-        # Cells: the snapshots, plus what one batch reads (its prefixes, or one long request)
-        # and one wave of suffixes, plus a read's padding rows (fewer than 8).
+        # Cells: snapshots, one batch's reads (prefixes or one long request), a suffix wave, padding.
         snapshot_cells = state_cache_tokens if state_cache else 0
         cells = ctx + batch_tokens + WAVE_TOKENS + N_WORK + snapshot_cells
         cparams = lib.llama_context_default_params()
@@ -95,6 +98,7 @@ class Engine:
         cparams.kv_unified = True  # sequences share cells, so a prefix copy costs nothing
         cparams.swa_full = True  # Gemma 3's sliding-window layers must keep whole prefixes
         cparams.no_perf = True
+        cparams.cb_eval = self.tap.callback
         self.ctx_ptr = lib.llama_init_from_model(self.model, cparams)
         if not self.ctx_ptr:
             raise RuntimeError("llama.cpp could not create a context")
@@ -125,7 +129,6 @@ class Engine:
             lib.llama_model_free(self.model)
             self.ctx_ptr = None
 
-    # --- tokens -----------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
         return tokenize(self.vocab, text, add_bos=add_bos, special=special)
 
@@ -160,38 +163,41 @@ class Engine:
 
     def _read(self, stream: list[Row], on_logits) -> int:
         """Decode every (token, position, seqs, keys) row, the token in every sequence of seqs;
-        for each key of a row, call on_logits(key, logits_ptr) once the row is decoded. Returns
-        tokens read."""
-        lib = llama()
+        for each key of a row, call on_logits(key, hidden) with the row's final hidden state once
+        it is decoded. Returns tokens read."""
         if not stream:
             return 0
         shapes = self.decode_shapes(len(stream))
         padded = sum(shapes) - len(stream)  # throwaway rows that fill the last piece
         stream = stream + [(stream[0][0], pos, (self.scratch,), ()) for pos in range(padded)]
         at = 0
-        b = self.batch
         for size in shapes:
-            outputs: list[tuple[int, int]] = []
-            for row, (tok, pos, seqs, keys) in enumerate(stream[at : at + size]):
-                b.token[row] = tok
-                b.pos[row] = pos
-                b.n_seq_id[row] = len(seqs)
-                for n, seq in enumerate(seqs):
-                    b.seq_id[row][n] = seq
-                b.logits[row] = bool(keys)
-                outputs.extend((key, row) for key in keys)
-            b.n_tokens = size
-            rc = lib.llama_decode(self.ctx_ptr, b)
+            outputs, n_out = self._fill(stream[at : at + size])
+            rc = llama().llama_decode(self.ctx_ptr, self.batch)
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc}")
             self.seen_shapes.add(size)
             self.decode_calls += 1
-            for key, row in outputs:
-                on_logits(key, lib.llama_get_logits_ith(self.ctx_ptr, row))
+            hidden = self.tap.take(n_out)
+            for key, i in outputs:
+                on_logits(key, hidden[i])
             at += size
         if padded:
             self.remove(self.scratch)
         return len(stream) - padded
+
+    def _fill(self, rows: list[Row]) -> tuple[list[tuple[Any, int]], int]:
+        """Rows into the batch; returns (key, index among the output rows) per key, output rows."""
+        b, outputs, n_out = self.batch, [], 0
+        for row, (tok, pos, seqs, keys) in enumerate(rows):
+            b.token[row], b.pos[row], b.n_seq_id[row], b.logits[row] = tok, pos, len(seqs), bool(keys)
+            for n, seq in enumerate(seqs):
+                b.seq_id[row][n] = seq
+            outputs.extend((key, n_out) for key in keys)
+            n_out += bool(keys)
+        b.n_tokens = len(rows)
+        self.tap.hidden = None
+        return outputs, n_out
 
     def new_tokens(self, job: Job, earlier: list[Job]) -> int:
         """Tokens `job` would read in a batch after `earlier`: its prefix beyond any snapshot
@@ -252,9 +258,9 @@ class Engine:
             start = len(jobs[j].prefix)
             rows += [(tok, start + depth, seqs, keys) for tok, depth, seqs, keys in shared_rows(suffixes)]
 
-        def take(k: int, logits) -> None:
+        def take(k: int, hidden: np.ndarray) -> None:
             _, j, s = wave[k]
-            jobs[j].margins[s] = self.readout.margin(jobs[j], s, logits)
+            jobs[j].margins[s] = self.readout.margin(jobs[j], s, hidden)
 
         read = self._read(rows, take)
         for seq, _, _ in wave:
@@ -277,18 +283,12 @@ class Engine:
         """One llama_decode of `rows` throwaway tokens in the scratch sequence, aborted as soon
         as stop() is true (llama.cpp asks between graph nodes). True if it ran to the end."""
         lib = llama()
-        b = self.batch
-        for row in range(rows):
-            b.token[row] = row % self.n_vocab
-            b.pos[row] = row
-            b.n_seq_id[row] = 1
-            b.seq_id[row][0] = self.scratch
-            b.logits[row] = row == rows - 1
-        b.n_tokens = rows
+        self._fill([(row % self.n_vocab, row, (self.scratch,), ("warm",) if row == rows - 1 else ())
+                    for row in range(rows)])
         callback = lib.ggml_abort_callback(lambda _data: bool(stop()))
         set_abort_callback(self.ctx_ptr, callback)
         try:
-            rc = lib.llama_decode(self.ctx_ptr, b)
+            rc = lib.llama_decode(self.ctx_ptr, self.batch)
         finally:
             set_abort_callback(self.ctx_ptr, None)
             self.remove(self.scratch)

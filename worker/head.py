@@ -1,17 +1,15 @@
-"""Reading a yes/no answer out of the logits row at a suffix's last token: the yes−no logit
-margin, or a profile's learned head.
+"""Reading a yes/no answer out of the final hidden state h at a suffix's last token: the yes−no
+logit margin, or a profile's learned head.
 
-The head is a logistic regression on a fixed set of columns of that same row (conf/models/
-<profile>.head.npz, fitted by `jevfleet calibrate --head`). Why logits and not the hidden state:
-llama.cpp hands out hidden states only from a context with embeddings on, and such a context
-makes every token of a batch an output (llama-context.cpp, `output_all = cparams.embeddings`),
-so the full-vocabulary output row would be computed for every prompt token. The row we already
-read is W·h (W the output matrix, h the final hidden state), so a linear head on more columns
-than h has dimensions (their rows of W of full rank) spans the same functions as a linear head
-on h, and costs one gather and one sum per answer.
+The head is a logistic regression on a fixed set of logits columns (conf/models/<profile>.head.npz,
+fitted by `jevfleet calibrate --head`). A column is W[id]·h, W the output matrix, whose rows
+worker/hidden.py reads from the GGUF file: llama.cpp never computes the full logits row
+(worker/hidden.py says why). The head's columns come from one product of fixed shape, the same
+one that captures them for `calibrate`, so eval with the head on reproduces calibrate's margins.
 
-Invariant: the margin is a function of the logits row alone, computed in a fixed order (an
-exactly rounded sum), so deterministic mode stays bit-identical with the head on.
+Invariant: the margin is a function of h alone, rounded as llama.cpp's output matmul would round
+it (worker/hidden.py), by sums in an order fixed by the shapes alone (the yes/no margin's exactly
+rounded), so deterministic mode stays bit-identical with the head on.
 """
 from __future__ import annotations
 
@@ -24,8 +22,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from worker.hidden import q8_0_round_trip
+
 if TYPE_CHECKING:
     from worker.engine import Job
+    from worker.hidden import OutputMatrix
 
 
 def logsumexp(values: list[float]) -> float:
@@ -42,12 +43,8 @@ class Head:
     bias: float
     digest: str  # SHA-256 of the file: part of what identifies what a worker serves
 
-    def logit(self, row: np.ndarray) -> float:
-        """The head's logit from a whole logits row."""
-        return self.logit_of(row[self.ids])
-
     def logit_of(self, columns: np.ndarray) -> float:
-        """The head's logit from its columns alone (as Readout.capture copies them)."""
+        """The head's logit from its columns (as Readout.capture computes them)."""
         return self.bias + math.fsum(columns.astype(np.float64) * self.weights)
 
     def save(self, path: Path) -> None:
@@ -76,21 +73,33 @@ def load_head(path: Path) -> Head:
 
 
 class Readout:
-    """What the engine does with each logits row it reads (only the model thread calls it).
+    """What the engine does with each output row's hidden state (only the model thread calls it).
 
-    capture: token ids whose logits are also copied into job.features[suffix] (to fit a head)."""
+    capture: token ids whose logits are also computed into job.features[suffix] (to fit a head)."""
 
-    def __init__(self, n_vocab: int, head: Head | None = None) -> None:
-        self.n_vocab = n_vocab
+    def __init__(self, matrix: OutputMatrix, head: Head | None = None) -> None:
+        self.matrix = matrix
         self.head = head
-        self.capture: np.ndarray | None = None
-        if head is not None and (head.ids.min() < 0 or head.ids.max() >= n_vocab):
+        self._capture: tuple[np.ndarray, np.ndarray] | None = None  # ids, their rows of W
+        if head is not None and (head.ids.min() < 0 or head.ids.max() >= matrix.n_vocab):
             raise ValueError("the head reads token ids outside this model's vocabulary")
+        self._head_rows = None if head is None else matrix.rows(head.ids)
 
-    def margin(self, job: Job, suffix: int, logits) -> float:
-        if self.capture is not None:
-            job.features[suffix] = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))[self.capture].copy()
+    @property
+    def capture(self) -> np.ndarray | None:
+        return None if self._capture is None else self._capture[0]
+
+    @capture.setter
+    def capture(self, ids: np.ndarray | None) -> None:
+        self._capture = None if ids is None else (ids, self.matrix.rows(ids))
+
+    def margin(self, job: Job, suffix: int, hidden: np.ndarray) -> float:
+        h = q8_0_round_trip(hidden)
+        if self._capture is not None:
+            job.features[suffix] = self._capture[1] @ h
         if self.head is not None:
-            return self.head.logit(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)))
-        # the plain margin reads two or four columns straight from llama.cpp's row
-        return logsumexp([logits[t] for t in job.yes_ids]) - logsumexp([logits[t] for t in job.no_ids])
+            return self.head.logit_of(self._head_rows @ h)
+        return logsumexp([self.logit(t, h) for t in job.yes_ids]) - logsumexp([self.logit(t, h) for t in job.no_ids])
+
+    def logit(self, token: int, h: np.ndarray) -> float:
+        return math.fsum(self.matrix.row(token) * h)

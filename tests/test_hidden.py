@@ -1,0 +1,71 @@
+"""worker/hidden.py on the real default model: the columns the engine computes from the final
+hidden state, rounded to 8 bits as ggml rounds it for its output matmul, are llama.cpp's own logits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jevfleet.harness.engine import new_engine
+from shared.llama import llama
+from worker.engine import Engine
+from worker.hidden import OutputMatrix, q8_0_round_trip
+from worker.pieces import token_rows
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    engine = new_engine(ctx=1024, state_cache=0)
+    yield engine
+    engine.close()
+
+
+def test_columns_from_the_hidden_state_match_llama_cpps_logits_row_by_row(engine):
+    """Three output rows in one call, each compared with the row llama.cpp computes when it is
+    let finish the output matmul: so the hidden states come back in batch order, one per row."""
+    tokens = engine.tokenize("The parcel came late and the box was crushed; the customer wants a refund.")
+    outputs = {4: "a", 9: "b", len(tokens) - 1: "c"}
+    rows = [(t, p, s, (p,) if p in outputs else ()) for t, p, s, _ in token_rows((0,), 0, tokens)]
+    hidden: dict[int, np.ndarray] = {}
+    engine.tap.full_logits = True
+    try:
+        engine._read(rows, lambda row, h: hidden.__setitem__(row, h.astype(np.float64)))
+    finally:
+        engine.tap.full_logits = False
+        engine.remove(0)
+    assert sorted(hidden) == sorted(outputs)
+    matrix: OutputMatrix = engine.readout.matrix
+    for row, h in hidden.items():
+        logits = np.ctypeslib.as_array(llama().llama_get_logits_ith(engine.ctx_ptr, row), shape=(engine.n_vocab,))
+        top = np.argsort(-logits)[:20]
+        ours = matrix.rows(top) @ q8_0_round_trip(h)
+        assert np.abs(ours - logits[top]).max() < 1e-3  # float sums in another order, nothing more
+
+
+def test_a_decode_with_outputs_skips_the_output_matmul(engine):
+    """Stopped at result_norm, llama.cpp's logits buffer holds no row of W·h."""
+    tokens = engine.tokenize("Is the sky blue today?")
+    rows = [(t, p, s, ("x",) if p == len(tokens) - 1 else ()) for t, p, s, _ in token_rows((0,), 0, tokens)]
+    got: list[np.ndarray] = []
+    engine._read(rows, lambda _key, h: got.append(h.astype(np.float64)))
+    engine.remove(0)
+    logits = np.ctypeslib.as_array(llama().llama_get_logits_ith(engine.ctx_ptr, len(tokens) - 1),
+                                   shape=(engine.n_vocab,))
+    ours = engine.readout.matrix.rows(np.arange(50)) @ got[0]
+    assert not np.allclose(ours, logits[:50], atol=0.5)
+
+
+def test_a_model_with_soft_capped_logits_is_refused(tmp_path):
+    from gguf import GGUFWriter
+
+    path = tmp_path / "capped.gguf"
+    writer = GGUFWriter(str(path), "gemma2")
+    writer.add_float32("gemma2.final_logit_softcapping", 30.0)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match="soft-capped"):
+        OutputMatrix(path, n_vocab=8, n_embd=4)

@@ -1,0 +1,117 @@
+"""The final hidden state instead of the full-vocabulary logits row.
+
+An answer needs a few columns of a logits row: the yes and no tokens, or the learned head's
+(worker/head.py). llama.cpp computes all of them, 262,144 with Gemma 3, at every output row: the
+output matrix W (logits = W·h, 170 MB of Q8_0 for Gemma 3) goes through the cores once per
+llama_decode that has outputs, plus about 4 ms per further output row on two cores. Measured on
+12- and 48-token reads: one output row costs 14–26 ms, twelve 48–65 ms, of a 35–120 ms call.
+
+So the engine stops llama.cpp's graph at its `result_norm` node, the final hidden state h of each
+output row: ggml's scheduler asks an eval callback about every node, computes up to one the
+callback wants to see, shows it, and stops there when the callback answers False (the rest of
+the graph is the output matmul). The engine then takes the columns it needs as W[ids]·h itself,
+W's rows dequantized from the GGUF file by the gguf package (ggml's Python tools).
+
+Invariant: a column is a function of h alone, so an answer is as independent of batch mates and
+cache state as h is. h itself can move in its last bits (the attention sums over cells in other
+orders); llama.cpp's output matmul first rounds h to 8 bits a value (Q8_0, the activation type
+ggml pairs with Q8_0 weights), which absorbs that, and so does the engine: it reads columns from
+h rounded the same way (q8_0_round_trip), in fixed-order sums (worker/head.py). (With output
+weights of a K-quant type ggml would round h by blocks of 256 instead; the Q8_0 rounding here
+still absorbs the last bits, it just matches llama.cpp's logits less closely. Both profiles' output
+matrices are Q8_0.)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+
+from shared.llama import GGUFInitParams, ggml, llama
+
+HIDDEN_NODE = b"result_norm"  # the name every llama.cpp model graph gives the normed final state
+Q8_0_BLOCK = 32
+
+
+def q8_0_round_trip(h: np.ndarray) -> np.ndarray:
+    """h as ggml's quantize_row_q8_0 leaves it: per block of 32 values, a scale max|x|/127 kept
+    as float16 and each value rounded (half away from zero) to a multiple of it; float64 out."""
+    blocks = h.astype(np.float32).reshape(-1, Q8_0_BLOCK)
+    scale = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
+    inverse = np.divide(np.float32(1), scale, out=np.zeros_like(scale), where=scale != 0)
+    scaled = blocks * inverse
+    q = np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))
+    return (q.astype(np.float64) * scale.astype(np.float16).astype(np.float64)).reshape(h.shape)
+
+
+class OutputMatrix:
+    """Rows of a model's output matrix (its own, or the tied token embeddings), read on demand
+    from the memory-mapped GGUF file; a row is 2.5 KB of float64, a handful are kept. ggml's
+    GGUF reader finds the tensor (gguf's Python reader parses the 262k-entry vocabulary: 15 s)."""
+
+    def __init__(self, path: Path, *, n_vocab: int, n_embd: int) -> None:
+        lib = ggml()
+        ctx = lib.gguf_init_from_file(str(path).encode(), GGUFInitParams(True, None))
+        if not ctx:
+            raise RuntimeError(f"ggml could not read {path}")
+        try:
+            arch = lib.gguf_get_val_str(ctx, lib.gguf_find_key(ctx, b"general.architecture")).decode()
+            if lib.gguf_find_key(ctx, f"{arch}.final_logit_softcapping".encode()) >= 0:
+                raise ValueError(f"{path.name}: its logits are soft-capped, which a linear readout of the "
+                                 "hidden state does not reproduce")
+            tensor = lib.gguf_find_tensor(ctx, b"output.weight")
+            if tensor < 0:
+                tensor = lib.gguf_find_tensor(ctx, b"token_embd.weight")
+            if tensor < 0:
+                raise ValueError(f"{path.name}: no output matrix (output.weight or token_embd.weight)")
+            offset = lib.gguf_get_data_offset(ctx) + lib.gguf_get_tensor_offset(ctx, tensor)
+            size = lib.gguf_get_tensor_size(ctx, tensor)
+            self._type = GGMLQuantizationType(lib.gguf_get_tensor_type(ctx, tensor))
+        finally:
+            lib.gguf_free(ctx)
+        self.n_vocab, self.n_embd = n_vocab, n_embd
+        self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(n_vocab, size // n_vocab))
+        self._rows: dict[int, np.ndarray] = {0: self.rows([0])[0]}  # gguf dequantizes this type, or fail now
+
+    def rows(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """W[ids] as float64, one row per id."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return dequantize(np.asarray(self._data[ids]), self._type).astype(np.float64)
+
+    def row(self, token: int) -> np.ndarray:
+        if token not in self._rows:
+            self._rows[token] = self.rows([token])[0]
+        return self._rows[token]
+
+
+class HiddenTap:
+    """ggml's eval callback: keeps the hidden state of each output row of the last llama_decode
+    and ends the graph there. Runs on the thread that calls llama_decode."""
+
+    def __init__(self, n_embd: int) -> None:
+        self.n_embd = n_embd
+        self.hidden: np.ndarray | None = None  # set by the callback, taken (and cleared) by take()
+        self.full_logits = False  # let llama.cpp finish the output matmul too (tests compare the two)
+        self.callback = llama().ggml_backend_sched_eval_callback(self._node)  # kept alive here
+
+    def _node(self, tensor: int, ask: bool, _user: int) -> bool:
+        lib = ggml()
+        if ask:
+            return lib.ggml_get_name(tensor) == HIDDEN_NODE
+        n = lib.ggml_nelements(tensor)
+        shape = (n // self.n_embd, self.n_embd)
+        self.hidden = np.ctypeslib.as_array(lib.ggml_get_data_f32(tensor), shape=shape).copy() if n else \
+            np.empty(shape, np.float32)
+        return self.full_logits  # False: what follows is the output matmul, which nobody reads
+
+    def take(self, n_outputs: int) -> np.ndarray:
+        """The hidden states of the last call's n_outputs output rows, in batch order; the caller
+        clears `hidden` before that call, so a graph without the node cannot hand out stale rows."""
+        hidden, self.hidden = self.hidden, None
+        if n_outputs == 0:
+            return np.empty((0, self.n_embd), np.float32)
+        if hidden is None or len(hidden) != n_outputs:
+            raise RuntimeError(f"llama.cpp's graph showed no {HIDDEN_NODE.decode()} of {n_outputs} rows")
+        return hidden
