@@ -12,7 +12,11 @@ Per mode (each in a child process of its own) it prints
     cost that worker/model_thread.py removes from the fleet);
   - the same W1 requests sent one at a time by one light client to a real fleet (1 worker,
     both cores), with the worker's own inference time from Server-Timing: the engine inside
-    the fleet, without Locust on the cores.
+    the fleet, without Locust on the cores;
+  - W1, W3 and 20-question W4 requests with llama.cpp let finish its 262k-column output matmul
+    (as before worker/hidden.py) and stopped at the hidden state, alternating request by request;
+  - a 48-token read while another sequence holds 6,000 cells below it, against an empty cache
+    (two engines, alternating): what a wide KV range costs each read.
 Medians of --reps, milliseconds of wall time. Not run by the tests.
 """
 from __future__ import annotations
@@ -126,9 +130,53 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
     return statistics.median(r["wall"] for r in rows), statistics.median(r["inference"] for r in rows)
 
 
+def output_matmul(mode: str, reps: int) -> dict[str, tuple[float, float]]:
+    """workload -> (output matmul finished, stopped at h) medians, the two alternating."""
+    profile, engine = model()[0], new_engine(mode=mode)
+    w4 = [i for i in workloads.load("W4") if not i.options]
+    out = {}
+    for name, items, n in (("W1", workloads.load("W1"), reps), ("W3", workloads.load("W3"), reps),
+                           ("W4, 20 questions", w4, max(2, reps // 4))):
+        runs: dict[bool, list[float]] = {True: [], False: []}
+        for k in range(n + WARM_RUNS):
+            for full in (True, False) if k % 2 else (False, True):
+                item = items[(2 * k + full) % len(items)]  # W1, W4: a state neither has read; W3: a kept one
+                engine.tap.full_logits = full
+                job = make_job(engine, profile, item.state, list(item.questions))
+                start = time.perf_counter()
+                engine.run([job])
+                runs[full].append((time.perf_counter() - start) * 1000)
+        out[name] = (statistics.median(runs[True][WARM_RUNS:]), statistics.median(runs[False][WARM_RUNS:]))
+    engine.close()
+    return out
+
+
+def kv_width(mode: str, reps: int, cells: int = 6000) -> tuple[float, float]:
+    """(empty cache, `cells` cells of another sequence below) medians of a 48-token read."""
+    narrow, wide = new_engine(mode=mode, pin=False), new_engine(mode=mode, pin=False)
+    filler = wide.tokenize("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod. " * 400)
+    for at in range(0, cells, 60):
+        wide._read(token_rows((5,), at, filler[at:at + 60]), None)
+    tokens = wide.tokenize("The parcel came late and the box was crushed; the customer wants a refund. " * 4)[:48]
+    rows = token_rows((0,), 0, tokens)
+    rows[-1] = (*rows[-1][:3], ("answer",))
+    runs: dict[int, list[float]] = {0: [], 1: []}
+    for k in range(reps + WARM_RUNS):
+        for i in (0, 1) if k % 2 else (1, 0):
+            engine = (narrow, wide)[i]
+            start = time.perf_counter()
+            engine._read(rows, lambda _key, _hidden: None)
+            runs[i].append((time.perf_counter() - start) * 1000)
+            engine.remove(0)
+    narrow.close()
+    wide.close()
+    return statistics.median(runs[0][WARM_RUNS:]), statistics.median(runs[1][WARM_RUNS:])
+
+
 def child(mode: str, reps: int) -> None:
     print(json.dumps({"calls": calls(mode, reps), "requests": requests(mode, reps),
-                      "threads": other_thread(mode, reps)}))
+                      "threads": other_thread(mode, reps), "outputs": output_matmul(mode, reps),
+                      "width": kv_width(mode, reps)}))
 
 
 def main() -> None:
@@ -167,6 +215,15 @@ def main() -> None:
     for name in FLEETS:
         print(f"{name:<30}" + "".join(f"{results[m]['fleets'][name][0]:>26.1f} / {results[m]['fleets'][name][1]:.1f}"
                                       for m in modes))
+    print("\nwhole requests through Engine.run: llama.cpp's output matmul finished / stopped at h (ms, medians)")
+    print(f"{'':<30}" + "".join(f"{m + ' finished / stopped':>36}" for m in modes))
+    for name in results[modes[0]]["outputs"]:
+        print(f"{name:<30}" + "".join("{:>26.1f} / {:.1f} ({:.2f}x)".format(*results[m]["outputs"][name],
+                                      results[m]["outputs"][name][0] / results[m]["outputs"][name][1]) for m in modes))
+    print(f"\na 48-token read, empty cache / 6,000 cells of another sequence below (ms, median of {args.reps})")
+    print(f"{'':<30}" + "".join(f"{m + ' empty / wide':>36}" for m in modes))
+    print(f"{'48-token read':<30}" + "".join("{:>26.1f} / {:.1f} ({:.2f}x)".format(*results[m]["width"],
+                                results[m]["width"][1] / results[m]["width"][0]) for m in modes))
     print("\nfleet overhead, defaults: fleet wall p50 - engine alone (ctx 8192, snapshots 8192)")
     for m in modes:
         alone = results[m]["requests"]["ctx 8192, snapshots 8192"][0]
