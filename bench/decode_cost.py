@@ -72,9 +72,9 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
         engine = new_engine(mode=mode, ctx=ctx, state_cache_tokens=snapshot_tokens)
         inner, decode_ms = engine._read, [0.0]
 
-        def timed(items, on_logits):
+        def timed(items, on_output):
             start = time.perf_counter()
-            n = inner(items, on_logits)
+            n = inner(items, on_output)
             decode_ms[0] += (time.perf_counter() - start) * 1000
             return n
 

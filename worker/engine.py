@@ -161,9 +161,9 @@ class Engine:
             return piece_sizes(max(1, n_tokens), UBATCH)
         return [min(self.n_batch, n_tokens - i) for i in range(0, n_tokens, self.n_batch)]
 
-    def _read(self, stream: list[Row], on_logits) -> int:
+    def _read(self, stream: list[Row], on_output) -> int:
         """Decode every (token, position, seqs, keys) row, the token in every sequence of seqs;
-        for each key of a row, call on_logits(key, hidden) with the row's final hidden state once
+        for each key of a row, call on_output(key, hidden) with the row's final hidden state once
         it is decoded. Returns tokens read."""
         if not stream:
             return 0
@@ -180,7 +180,7 @@ class Engine:
             self.decode_calls += 1
             hidden = self.tap.take(n_out)
             for key, i in outputs:
-                on_logits(key, hidden[i])
+                on_output(key, hidden[i])
             at += size
         if padded:
             self.remove(self.scratch)
