@@ -14,14 +14,15 @@ Per mode (each in a child process of its own) it prints
     both cores), with the worker's own inference time from Server-Timing: the engine inside
     the fleet, without Locust on the cores;
   - W1, W3 and 20-question W4 requests with llama.cpp let finish its 262k-column output matmul
-    (as before worker/hidden.py) and stopped at the hidden state, alternating request by request;
+    (as before worker/hidden.py) and stopped at the hidden state, taking turns request by request;
   - a 48-token read while another sequence holds 6,000 cells below it, against an empty cache
-    (two engines, alternating): what a wide KV range costs each read.
+    (two engines, taking turns): what a wide KV range costs each read.
 Medians of --reps, milliseconds of wall time. Not run by the tests.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -30,11 +31,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
-from bench.engine import median_ms, model, new_engine
+from bench.engine import alternating, median_ms, model, new_engine
 from bench.request_shapes import one_at_a_time
 from jevfleet.harness.fleet import start_fleet
 from loadtest import workloads
+from worker.engine import Job
 from worker.pieces import token_rows
 from worker.warmup import make_job
 
@@ -131,22 +134,27 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
 
 
 def output_matmul(mode: str, reps: int) -> dict[str, tuple[float, float]]:
-    """workload -> (output matmul finished, stopped at h) medians, the two alternating."""
+    """workload -> (output matmul finished, stopped at h) medians, the two taking turns; each
+    run gets its own request (W1, W4: a state neither has read; W3: one of five kept states)."""
     profile, engine = model()[0], new_engine(mode=mode)
     w4 = [i for i in workloads.load("W4") if not i.options]
     out = {}
     for name, items, n in (("W1", workloads.load("W1"), reps), ("W3", workloads.load("W3"), reps),
                            ("W4, 20 questions", w4, max(2, reps // 4))):
-        runs: dict[bool, list[float]] = {True: [], False: []}
-        for k in range(n + WARM_RUNS):
-            for full in (True, False) if k % 2 else (False, True):
-                item = items[(2 * k + full) % len(items)]  # W1, W4: a state neither has read; W3: a kept one
+        jobs = [make_job(engine, profile, i.state, list(i.questions)) for i in items]
+
+        def case(full: bool) -> tuple[Callable[[], object], Callable[[], object]]:
+            turn = itertools.count(int(full), 2)
+            job: list[Job] = []
+
+            def before() -> None:
                 engine.tap.full_logits = full
-                job = make_job(engine, profile, item.state, list(item.questions))
-                start = time.perf_counter()
-                engine.run([job])
-                runs[full].append((time.perf_counter() - start) * 1000)
-        out[name] = (statistics.median(runs[True][WARM_RUNS:]), statistics.median(runs[False][WARM_RUNS:]))
+                job[:] = [jobs[next(turn) % len(jobs)]]
+            return lambda: engine.run(job), before
+
+        alternating([case(True), case(False)], WARM_RUNS)
+        finished, stopped = alternating([case(True), case(False)], n)
+        out[name] = (finished.wall, stopped.wall)
     engine.close()
     return out
 
@@ -160,17 +168,12 @@ def kv_width(mode: str, reps: int, cells: int = 6000) -> tuple[float, float]:
     tokens = wide.tokenize("The parcel came late and the box was crushed; the customer wants a refund. " * 4)[:48]
     rows = token_rows((0,), 0, tokens)
     rows[-1] = (*rows[-1][:3], ("answer",))
-    runs: dict[int, list[float]] = {0: [], 1: []}
-    for k in range(reps + WARM_RUNS):
-        for i in (0, 1) if k % 2 else (1, 0):
-            engine = (narrow, wide)[i]
-            start = time.perf_counter()
-            engine._read(rows, lambda _key, _hidden: None)
-            runs[i].append((time.perf_counter() - start) * 1000)
-            engine.remove(0)
+    cases = [(lambda e=e: e._read(rows, lambda _key, _hidden: None), lambda e=e: e.remove(0)) for e in (narrow, wide)]
+    alternating(cases, WARM_RUNS)
+    empty, under = alternating(cases, reps)
     narrow.close()
     wide.close()
-    return statistics.median(runs[0][WARM_RUNS:]), statistics.median(runs[1][WARM_RUNS:])
+    return empty.wall, under.wall
 
 
 def child(mode: str, reps: int) -> None:

@@ -21,6 +21,11 @@ def engine() -> Engine:
     engine.close()
 
 
+def logits_row(engine: Engine, row: int) -> np.ndarray:
+    """What llama.cpp's logits buffer holds for batch row `row` of the last decode."""
+    return np.ctypeslib.as_array(llama().llama_get_logits_ith(engine.ctx_ptr, row), shape=(engine.n_vocab,))
+
+
 def test_columns_from_the_hidden_state_match_llama_cpps_logits_row_by_row(engine):
     """Three output rows in one call, each compared with the row llama.cpp computes when it is
     let finish the output matmul: so the hidden states come back in batch order, one per row."""
@@ -37,7 +42,7 @@ def test_columns_from_the_hidden_state_match_llama_cpps_logits_row_by_row(engine
     assert sorted(hidden) == sorted(outputs)
     matrix: OutputMatrix = engine.readout.matrix
     for row, h in hidden.items():
-        logits = np.ctypeslib.as_array(llama().llama_get_logits_ith(engine.ctx_ptr, row), shape=(engine.n_vocab,))
+        logits = logits_row(engine, row)
         top = np.argsort(-logits)[:20]
         ours = matrix.rows(top) @ q8_0_round_trip(h)
         assert np.abs(ours - logits[top]).max() < 1e-3  # float sums in another order, nothing more
@@ -50,8 +55,7 @@ def test_a_decode_with_outputs_skips_the_output_matmul(engine):
     got: list[np.ndarray] = []
     engine._read(rows, lambda _key, h: got.append(h.astype(np.float64)))
     engine.remove(0)
-    logits = np.ctypeslib.as_array(llama().llama_get_logits_ith(engine.ctx_ptr, len(tokens) - 1),
-                                   shape=(engine.n_vocab,))
+    logits = logits_row(engine, len(tokens) - 1)
     ours = engine.readout.matrix.rows(np.arange(50)) @ got[0]
     assert not np.allclose(ours, logits[:50], atol=0.5)
 

@@ -95,9 +95,10 @@ class HiddenTap:
         self.hidden: np.ndarray | None = None  # set by the callback, taken (and cleared) by take()
         self.full_logits = False  # let llama.cpp finish the output matmul too (tests compare the two)
         self.callback = llama().ggml_backend_sched_eval_callback(self._node)  # kept alive here
+        self._ggml = ggml()  # asked at every graph node: looked up once
 
     def _node(self, tensor: int, ask: bool, _user: int) -> bool:
-        lib = ggml()
+        lib = self._ggml
         if ask:
             return lib.ggml_get_name(tensor) == HIDDEN_NODE
         n = lib.ggml_nelements(tensor)
