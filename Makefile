@@ -15,6 +15,7 @@ SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS)
 # `make loadtest`: a short sweep of our fleet (default, --mode fast, one worker per core; started and
 # stopped by the sweep) and the baselines, measured in one run, into docs/benchmarks/. llama-server is built
 # once into the cache dir on first use (7 min on 2 quiet cores); LOADTEST_TARGET=both skips it.
+# LOADTEST_DURATION takes per-workload times too: 20s,W4=60s.
 # See docs/benchmarks.md.
 LOADTEST_TARGET ?= all
 LOADTEST_USERS ?= 1,2,4,8

@@ -18,7 +18,9 @@ from gateway.capacity import Limits, Loaded, fits
 
 class PrefixMemory:
     """The prefix keys most recently sent to one worker, a bounded LRU sized like the worker's
-    snapshot cache: what it probably still holds even if it does not advertise snapshots."""
+    snapshot cache: what it probably still holds even if it does not advertise snapshots. A
+    worker keeps a state on its second miss, so sending a repeat where the first went is also
+    what makes it keep the state at all."""
 
     def __init__(self, size: int) -> None:
         self.size = size

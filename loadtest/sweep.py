@@ -75,6 +75,20 @@ def seconds(text: str) -> int:
     return total
 
 
+def durations(text: str) -> dict[str, int]:
+    """'20s' for every workload, or '20s,W4=60s': per-workload times after the default (60 s if
+    none is given). W4's 255-option choice comes once in 20 requests and takes seconds, so a W4
+    cell needs a longer window than W1's or W3's to hold a fair share of them."""
+    chosen = {"": 60}
+    for part in text.split(","):
+        name, _, value = part.strip().rpartition("=")
+        if name and name not in workloads.names():
+            raise argparse.ArgumentTypeError(f"unknown workload {name!r} in {text!r}; the file has "
+                                             f"{', '.join(workloads.names())}")
+        chosen[name] = seconds(value)
+    return chosen
+
+
 def user_counts(text: str) -> list[int]:
     try:
         counts = [int(u) for u in text.split(",") if u.strip()]
@@ -115,7 +129,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m loadtest.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="", help="URL of a running jevfleet gateway; absent: start one")
     p.add_argument("--users", type=user_counts, default=[1, 2, 4, 8, 16], help="comma-separated user counts")
-    p.add_argument("--duration", type=seconds, default=60, help="measured time per user count (60s, 2m)")
+    p.add_argument("--duration", type=durations, default={"": 60},
+                   help="measured time per user count (60s, 2m); per workload: 20s,W4=60s")
     p.add_argument("--rounds", type=rounds, default=1,
                    help="runs of each target per cell, interleaved (A B, B A, ...) and pooled")
     p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
@@ -162,6 +177,10 @@ class Sweep:
         self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users) * args.rounds
         self.runs_done = 0
 
+    def duration(self, workload: str) -> int:
+        """Measured seconds of one run of `workload` (--duration)."""
+        return self.args.duration.get(workload, self.args.duration[""])
+
     def server(self, target: str) -> AbstractContextManager[str]:
         a = self.args
         if target == "jevfleet":
@@ -177,7 +196,8 @@ class Sweep:
     def run(self) -> list[results.Row]:
         a = self.args
         print(f"sweep: {', '.join(a.target)} × {', '.join(a.workload)} × users {a.users}, "
-              f"{a.rounds} × {a.duration}s each → {self.out}\nmachine: {self.machine}", flush=True)
+              f"{a.rounds} × {', '.join(f'{w} {self.duration(w)}s' for w in a.workload)} each → {self.out}\n"
+              f"machine: {self.machine}", flush=True)
         with ExitStack() as servers_up:
             urls: dict[str, str] = {}
             for target in a.target:
@@ -206,13 +226,13 @@ class Sweep:
                 ours = PROTOCOL_OF[target] == "jevfleet"  # our fleet: its /metrics split the time
                 before = fleet_metrics.scrape(urls[target]) if ours else {}
                 runs[target].append(self.locust(target, urls[target], workload, users=users,
-                                                duration=self.args.duration, tag=f"{self.runs_done}/{self.runs_total}",
+                                                duration=self.duration(workload), tag=f"{self.runs_done}/{self.runs_total}",
                                                 round_=r + 1))
                 if ours:
                     metrics[target].update(fleet_metrics.growth(before, fleet_metrics.scrape(urls[target])))
         for target in targets:
             row = results.row_from_locust_json(runs[target], target=target, workload=workload, users=users,
-                                               seconds=self.args.duration * self.args.rounds)
+                                               seconds=self.duration(workload) * self.args.rounds)
             split = fleet_metrics.breakdown(metrics[target]) if metrics[target] else None
             if split is not None:
                 row = replace(row, queue_ms=split.queue_ms, inference_ms=split.inference_ms, batch=split.batch)

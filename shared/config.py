@@ -90,6 +90,9 @@ class Settings(BaseSettings):
                                                                        "kept per worker; 0 = off")
     state_cache_tokens: int = Field(8192, ge=0, description="tokens all state snapshots of a worker may hold "
                                                             "together")
+    state_cache_admission: Literal["second-miss", "first-miss"] = Field(
+        "second-miss", description="when a state becomes a snapshot: on its second miss among the last "
+                                   "state_cache misses, or on its first")
     warmup: int = Field(1, ge=0, le=1, description="1 = warm up before registering and in idle time; 0 = off")
     cache_dir: str = Field("", description="where the assembled default GGUF is kept; empty = ~/.cache/jevfleet")
 

@@ -109,6 +109,8 @@ def test_the_budget_counts_only_tokens_a_request_adds(engine):
     twin = make_job(engine, "The lamp in the hallway flickers every evening after nine.", ["Is it evening?"])
     assert engine.new_tokens(twin, [job]) == len(twin.suffixes[0])  # a batch mate reads the state
     engine.run([job])
+    assert prefix_key(job.prefix) not in engine.cache.keys  # kept on its second miss, not its first
+    engine.run([job])
     assert prefix_key(job.prefix) in engine.cache.keys
     assert engine.new_tokens(twin, []) == len(twin.suffixes[0])  # now a snapshot holds it
     engine.run([twin])

@@ -20,8 +20,12 @@ from worker.snapshots import SnapshotCache, common_prefix
 PREAMBLE = list(range(1000, 1040))  # 40 tokens every prompt starts with
 
 
-def make_cache(cells: FakeCells, *, entries: int = 4, tokens: int = 400, pin: bool = True) -> SnapshotCache:
-    cache = SnapshotCache(cells, seqs=range(100, 100 + entries), max_entries=entries, max_tokens=tokens)
+def make_cache(cells: FakeCells, *, entries: int = 4, tokens: int = 400, pin: bool = True,
+               second_miss: bool = False) -> SnapshotCache:
+    """A cache on fake cells. Its LRU and limits are tested keeping a state on first sight, which
+    says less; the default admission rule (on the second miss) has tests of its own."""
+    cache = SnapshotCache(cells, seqs=range(100, 100 + entries), max_entries=entries, max_tokens=tokens,
+                          second_miss=second_miss)
     if pin:
         cells.place([(0, i, t) for i, t in enumerate(PREAMBLE)])
         cache.pin(PREAMBLE, 0)
@@ -114,9 +118,29 @@ def test_duplicate_prefixes_in_a_batch_are_read_once():
     assert cache.estimate(state(1)) == 0
 
 
+def test_by_default_a_state_is_kept_on_its_second_miss_among_the_recent_ones():
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=3, second_miss=True)  # the preamble, two states, three misses remembered
+    run_batch(cache, cells, [state(1), state(1)])  # the same state twice in a batch: one miss
+    assert len(cache.entries) == 1
+    run_batch(cache, cells, [state(1)])  # missed again: kept
+    assert prefix_key(state(1)) in cache.keys
+    assert run_batch(cache, cells, [state(1)]).reads == []
+    for k in (2, 3, 4, 5, 2):  # three other misses come between 2's first and second miss
+        run_batch(cache, cells, [state(k)])
+    assert cache.keys == (prefix_key(PREAMBLE), prefix_key(state(1)))
+    run_batch(cache, cells, [state(5)])  # 5 was missed two batches ago: kept
+    assert prefix_key(state(5)) in cache.keys
+    cache.clear()  # forgets the misses too
+    run_batch(cache, cells, [state(4)])
+    assert len(cache.entries) == 1
+    s = cache.stats()
+    assert (s.hits, s.misses) == (1, 9)
+
+
 def test_a_partial_match_is_used_only_while_its_sliding_window_is_held():
     cells = FakeCells(4000)
-    cache = SnapshotCache(cells, seqs=range(100, 104), max_entries=4, max_tokens=2000, n_swa=64)
+    cache = SnapshotCache(cells, seqs=range(100, 104), max_entries=4, max_tokens=2000, n_swa=64, second_miss=False)
     long_a = state(1, length=10, common=200)
     run_batch(cache, cells, [long_a])
     entry = cache.entries[0]
@@ -158,13 +182,13 @@ def test_out_of_order_placement_is_caught_by_the_fake():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(0, 7), st.sampled_from([0, 30, 120])),
                          min_size=1, max_size=4), min_size=1, max_size=25),
-       st.integers(2, 6), st.sampled_from([150, 300, 600]))
-def test_random_traffic_keeps_limits_prefixes_and_cell_order(batches, entries, tokens):
+       st.integers(2, 6), st.sampled_from([150, 300, 600]), st.booleans())
+def test_random_traffic_keeps_limits_prefixes_and_cell_order(batches, entries, tokens, second_miss):
     """Any interleaving of states (some sharing beginnings), batch mates, evictions and
     relocations: every working sequence holds its exact prefix, no token is ever appended below
     its sequence's cells, and the limits hold after every batch."""
     cells = FakeCells(2500)
-    cache = make_cache(cells, entries=entries, tokens=tokens)
+    cache = make_cache(cells, entries=entries, tokens=tokens, second_miss=second_miss)
     for batch in batches:
         run_batch(cache, cells, [state(k % 4 + 1, length=10 + 5 * k, common=common) for k, common in batch])
         assert len(cache.entries) <= entries and cache.tokens <= tokens
@@ -253,6 +277,7 @@ def test_states_longer_than_the_sliding_window(fresh, cached):
     a = make_job(cached, states["a"], question)
     assert len(a.prefix) > cache.n_swa > 0
     cached.run([a])
+    cached.run([a])  # its second miss: kept
     b = make_job(cached, states["b"], question)
     cached.run([b])  # a partial match into the snapshot of "a", whose window is held
     assert b.margins == reference["b"] and b.reused == common_prefix(a.prefix, b.prefix)
@@ -272,7 +297,7 @@ COUNTERS = ("kept", "max", "tokens", "max_tokens", "hits", "misses", "reused_tok
 def test_health_reports_state_snapshots_summed_and_per_worker(fleet):
     request = {"model": "jev-latest", "state": STATES["crash"],
                "questions": {"q": {"type": "noul", "instructions": "Does the app crash?"}}}
-    for _ in range(2):
+    for _ in range(3):  # a miss, a miss that keeps the state, a hit
         status, _, body = post_json(fleet.url + "/v1/systemone", request)
         assert status == 200, body
     body = fleet.wait_for(lambda h: h["engine"]["state_snapshots"].get("hits", 0) >= 1, "counting a snapshot hit")

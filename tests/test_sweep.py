@@ -10,8 +10,8 @@ import pytest
 
 from jevfleet.harness.fleet import Fleet
 from loadtest.protocols import PROTOCOLS
-from loadtest.sweep import (LOCUSTFILE, PROTOCOL_OF, TARGETS, USER_CLASS, can_run, rounds, seconds, target_list,
-                            user_counts, workload_list)
+from loadtest.sweep import (LOCUSTFILE, PROTOCOL_OF, TARGETS, USER_CLASS, can_run, durations, rounds, seconds,
+                            target_list, user_counts, workload_list)
 from shared.config import PROJECT_ROOT
 
 
@@ -31,9 +31,12 @@ def test_durations_and_lists_parse_or_are_refused():
     assert target_list("llama-server,jevfleet,jevfleet") == ["llama-server", "jevfleet"]
     assert workload_list("W1,W3") == ["W1", "W3"]
     assert workload_list("W4") == ["W4"]
+    assert durations("20s") == {"": 20} and durations("W4=1m") == {"": 60, "W4": 60}
+    assert durations("20s, W4=60s") == {"": 20, "W4": 60}
     assert rounds("3") == 3
     for parse, bad in ((seconds, "60x"), (seconds, "s"), (user_counts, "1,0"), (user_counts, "a"),
-                       (target_list, "vllm"), (workload_list, "W9"), (rounds, "0"), (rounds, "x")):
+                       (target_list, "vllm"), (workload_list, "W9"), (durations, "W9=20s"),
+                       (durations, "20s,W4=x"), (rounds, "0"), (rounds, "x")):
         with pytest.raises(argparse.ArgumentTypeError):
             parse(bad)
 
@@ -47,7 +50,7 @@ def test_w4_is_skipped_for_a_server_that_takes_one_prompt_per_call():
 def test_a_one_user_sweep_writes_the_table_and_the_plot(fleet: Fleet, tmp_path):
     out = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "loadtest.sweep", "--host", fleet.url, "--users", "1",
-                           "--duration", "4s", "--rounds", "2", "--warmup", "0", "--workload", "W1,W4", "--target", "jevfleet",
+                           "--duration", "4s,W4=5s", "--rounds", "2", "--warmup", "0", "--workload", "W1,W4", "--target", "jevfleet",
                            "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     row, w4 = json.loads((out / "rows.json").read_text())
@@ -56,7 +59,7 @@ def test_a_one_user_sweep_writes_the_table_and_the_plot(fleet: Fleet, tmp_path):
     assert row["answered"] >= 1 and row["errors"] == 0 and row["questions"] == row["answered"]
     assert row["queue_ms"] >= 0 and row["inference_ms"] > 0 and row["batch"] >= 1  # from the fleet's /metrics
     # W4: 20 questions a request (its 20th request, the 255-option choice, comes later than 8 s)
-    assert w4["workload"] == "W4" and w4["answered"] >= 1 and w4["errors"] == 0
+    assert w4["workload"] == "W4" and w4["seconds"] == 10 and w4["answered"] >= 1 and w4["errors"] == 0
     assert w4["questions"] == 20 * w4["answered"]
     table = (out / "results.md").read_text()
     assert "| jevfleet | W1 | 1 |" in table and "| jevfleet | W4 | 1 |" in table and "L = λ·W" in table

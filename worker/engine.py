@@ -8,11 +8,10 @@ Only the last token of each suffix is an output row, and llama.cpp's graph stops
 hidden state (worker/hidden.py): the answer's few logits columns, the yes/no tokens or a learned
 head's (worker/head.py), are computed from it, the 262k-column output row never is.
 
-Deterministic mode (the default) makes a P(yes) independent of batch mates, of how the prompt
-was cut and of whether its state came from a snapshot (docs/architecture.md): flash attention
-on, every micro-batch a multiple of 4 rows from 8 to 60, padded with throwaway rows
-(worker/pieces.py), and every sequence's KV cells in position order (worker/snapshots.py).
-Only the model thread (worker/model_thread.py), which loaded it, may call into an Engine.
+Deterministic mode (the default) makes a P(yes) independent of batch mates, prompt cuts and
+snapshots (docs/architecture.md): flash attention on, micro-batches of 8 to 60 rows in steps of
+4 padded with throwaway rows (worker/pieces.py), each sequence's KV cells in position order
+(worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine.
 """
 from __future__ import annotations
 
@@ -66,6 +65,7 @@ class Engine:
         deterministic: bool,
         state_cache: int,
         state_cache_tokens: int,
+        state_cache_second_miss: bool = True,
         head: Head | None = None,
     ) -> None:
         """The sizes are the settings of the same names (Engine.from_settings); head: a learned
@@ -74,7 +74,6 @@ class Engine:
             raise ValueError(f"state_cache must be 0..{MAX_STATE_CACHE}, not {state_cache}")
         lib = llama()
         self.deterministic = deterministic
-        self.ctx = ctx
         self.model = load_model(model_path)
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
@@ -111,14 +110,16 @@ class Engine:
         self.seen_shapes: set[int] = set()  # rows per llama_decode so far (idle warmup)
         self.decode_calls = 0  # llama_decode calls that read requests
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
-                                   max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model))
+                                   max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model),
+                                   second_miss=state_cache_second_miss)
 
     @classmethod
     def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None) -> Engine:
         """The engine the settings describe: how workers, `decide`, the tests and benches build one."""
         return cls(model_path, ctx=settings.ctx, batch_tokens=settings.batch_tokens, threads=threads,
                    deterministic=settings.mode == "deterministic", state_cache=settings.state_cache,
-                   state_cache_tokens=settings.state_cache_tokens, head=head)
+                   state_cache_tokens=settings.state_cache_tokens, head=head,
+                   state_cache_second_miss=settings.state_cache_admission == "second-miss")
 
     def close(self) -> None:
         """Free the context and the model (a process that exits need not call this)."""
@@ -141,9 +142,8 @@ class Engine:
 
     def save(self, seq: int) -> ctypes.Array:
         lib = llama()
-        size = lib.llama_state_seq_get_size(self.ctx_ptr, seq)
-        blob = (ctypes.c_uint8 * size)()
-        if lib.llama_state_seq_get_data(self.ctx_ptr, blob, size, seq) != size:
+        blob = (ctypes.c_uint8 * lib.llama_state_seq_get_size(self.ctx_ptr, seq))()
+        if lib.llama_state_seq_get_data(self.ctx_ptr, blob, len(blob), seq) != len(blob):
             raise RuntimeError(f"could not save sequence {seq}")
         return blob
 
