@@ -105,6 +105,11 @@ bench-decode: $(VENV)/.installed-bench
 bench-shapes: $(VENV)/.installed-bench
 	$(PY) -m bench.request_shapes $(BENCH_ARGS)
 
+# The first requests of a workload sent again and again, to a default fleet and to llama-server.
+.PHONY: bench-repeats
+bench-repeats: $(VENV)/.installed-bench
+	$(PY) -m bench.repeats $(BENCH_ARGS)
+
 # W3 at 4 users on a fresh fleet and on one that answered W1 first, in turns (issue 12's relocation fix).
 .PHONY: bench-history
 bench-history: $(VENV)/.installed-bench
