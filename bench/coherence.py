@@ -21,10 +21,10 @@ import dataclasses
 import numpy as np
 
 from gateway.answers import p_yes, pool_adjacent_violators
-from quality.items import Item, load_set
+from quality.items import Item, Skipped, load_set
 from quality.local import LocalRunner
 from shared.config import load_settings
-from shared.profiles import load_profile
+from shared.profiles import HEAD_CHOICES, load_profile
 
 SETS = ["eval/choice_score.jsonl", "eval/generated.jsonl"]
 
@@ -41,10 +41,10 @@ def merged(item: Item) -> Item:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="")
-    parser.add_argument("--head", choices=("profile", "on", "off"), default="profile")
+    parser.add_argument("--head", choices=tuple(HEAD_CHOICES), default="profile")
     args = parser.parse_args()
     settings = load_settings({"profile": args.profile} if args.profile else None)
-    profile = load_profile(settings.profile, head={"on": True, "off": False}.get(args.head))
+    profile = load_profile(settings.profile, head=HEAD_CHOICES[args.head])
     items = [i for i in load_set(SETS, "test") if i.type in ("choice", "score")]
     merges = [merged(i) for i in items if i.type == "choice" and len(i.criteria) >= 3]
     runner = LocalRunner(settings, profile)
@@ -52,6 +52,10 @@ def main() -> None:
         answers = dict(zip([i.id for i in items + merges], runner.ask(items + merges)))
     finally:
         runner.close()
+    skipped = [a for a in answers.values() if isinstance(a, Skipped)]  # refused: no margins to compare
+    answers = {item_id: a for item_id, a in answers.items() if not isinstance(a, Skipped)}
+    items = [i for i in items if i.id in answers]
+    merges = [m for m in merges if m.id in answers and m.id.removesuffix("-merged") in answers]
     sums, merge_gaps, violations, pairs, pav = [], [], 0, 0, []
     for item in items:
         ps = [p_yes(profile, m) for m in runner.margins[item.id]]
@@ -65,7 +69,10 @@ def main() -> None:
         original = answers[m.id.removesuffix("-merged")].probs
         merge_gaps.append(abs(answers[m.id].probs[0] - original[0] - original[1]))
     head = " with its head" if profile.head else ""
-    print(f"profile {profile.name}{head}, test half: {len(items)} choice/score items, {len(merges)} merged choices")
+    print(f"profile {profile.name}{head}, test half: {len(items)} choice/score items, {len(merges)} merged choices"
+          f"{f', {len(skipped)} refused and left out' if skipped else ''}")
+    for s in skipped:
+        print(f"  left out {s.id}: {s.reason}")
     print("| relation | n | mean gap | share with gap > 0.05 |")
     print("|---|---|---|---|")
     for name, gaps in (("choice options as yes/no: |Σ P(yes) − 1|", sums),

@@ -14,6 +14,7 @@ from typing import Literal, Sequence, get_args, get_origin
 
 from shared.config import (CONFIG_ENV, DEFAULT_CONFIG, PROJECT_ROOT, Settings, SettingsError, default_text, env_var,
                            load_settings)
+from shared.profiles import HEAD_CHOICES
 
 CALIBRATION_SETS = ("eval/yesno.jsonl", "eval/generated.jsonl")  # hand-written + templated (eval/README.md)
 
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "instead of loading --profile in-process")
     evaluate.add_argument("--split", default="", help="only items of this split (fit or test; default all)")
     evaluate.add_argument("--out", default="eval-report", help="report directory (default ./eval-report)")
-    evaluate.add_argument("--head", choices=("profile", "on", "off"), default="profile",
+    evaluate.add_argument("--head", choices=tuple(HEAD_CHOICES), default="profile",
                           help="in-process: the profile's learned head as its [head] says, or on / off")
     calibrate = sub.add_parser("calibrate", help="fit the profile's [calibration] scale/bias on the fit half")
     calibrate.add_argument("--set", dest="set_path", nargs="+", default=list(CALIBRATION_SETS),

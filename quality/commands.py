@@ -16,7 +16,7 @@ from quality.local import LocalRunner
 from quality.metrics import Outcome
 from quality.remote import RemoteRunner
 from shared.config import Settings
-from shared.profiles import Profile, load_profile
+from shared.profiles import HEAD_CHOICES, Profile, load_profile
 from worker.head import Head
 
 
@@ -34,7 +34,7 @@ def _set_name(set_path: list[str]) -> str:
 def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, out: str, head: str = "profile") -> int:
     """head: "profile" (as the profile says), "on" or "off" (in-process only)."""
     items = load_set(set_path, split)
-    profile = load_profile(settings.profile, head={"on": True, "off": False}.get(head))
+    profile = load_profile(settings.profile, head=HEAD_CHOICES[head])
     runner = RemoteRunner(url) if url else LocalRunner(settings, profile)
     where = url or f"profile {settings.profile}{' with its head' if profile.head else ''}, in-process"
     try:

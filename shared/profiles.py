@@ -51,6 +51,9 @@ def profile_path(name_or_path: str) -> Path:
     return CONF_DIR / "models" / f"{name_or_path}.toml"
 
 
+HEAD_CHOICES: dict[str, bool | None] = {"profile": None, "on": True, "off": False}  # --head: load_profile's head
+
+
 def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
     """head: None = as the profile says ([head] enabled), False = without it, True = with it."""
     path = profile_path(name_or_path)

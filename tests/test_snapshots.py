@@ -138,6 +138,19 @@ def test_by_default_a_state_is_kept_on_its_second_miss_among_the_recent_ones():
     assert (s.hits, s.misses) == (1, 9)
 
 
+def test_a_snapshot_unused_for_long_is_evicted_though_there_is_room():
+    """Kept cells slow every read, so a state that stopped coming back does not stay for good."""
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=2, second_miss=True)  # stale after STALE_USES x 2 = 8 lookups
+    for _ in range(3):  # a miss, a miss that keeps it, a hit
+        run_batch(cache, cells, [state(1)])
+    for k in range(2, 11):  # 9 lookups of other states, each missed once: none is kept
+        run_batch(cache, cells, [state(k)])
+    assert prefix_key(state(1)) in cache.keys
+    run_batch(cache, cells, [state(11)])  # more than 8 lookups since its last use: evicted first
+    assert cache.keys == (prefix_key(PREAMBLE),) and cache.tokens == len(PREAMBLE)
+
+
 def test_a_partial_match_is_used_only_while_its_sliding_window_is_held():
     cells = FakeCells(4000)
     cache = SnapshotCache(cells, seqs=range(100, 104), max_entries=4, max_tokens=2000, n_swa=64, second_miss=False)

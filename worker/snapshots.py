@@ -1,5 +1,5 @@
 """State snapshots: an LRU of KV-cache prefixes kept in reserved sequences of the worker's
-llama.cpp context, so that a repeated state is read once, not once per request.
+llama.cpp context, so that a state that keeps coming back is not read again for every request.
 
 A request's prefix (preamble + state) is matched against every kept prefix by longest common
 prefix over token ids. A hit copies the matched cells into the request's working sequence
@@ -7,11 +7,10 @@ prefix over token ids. A hit copies the matched cells into the request's working
 after the match are read. The profile's preamble is pinned, so every real prompt hits at least
 that. Limits: `max_entries` prefixes and `max_tokens` tokens in all (the sum of their lengths,
 an upper bound of the cells they hold); 0 entries turns the cache off.
-Admission (`second_miss`, the default): a prefix is kept on its second miss among the last
-`max_entries` misses, as an LRU of this size would then have served it. Kept cells widen the
-range every later read attends over: a 48-token read above 6,000 cells of other sequences took
-1.25-1.39x as long as in an empty cache (`make bench-decode`), so states that never come back
-before eviction are not kept.
+Kept cells slow every later read (llama.cpp attends over the whole range of used cells: a
+48-token read above 6,000 cells of other sequences took 1.25-1.39x as long, `make bench-decode`),
+so a prefix is kept on its second miss among the last `max_entries` misses (`second_miss`), and
+one unused for STALE_USES x `max_entries` lookups is evicted even when there is room.
 
 Why cells must stay in position order: flash attention accumulates over a sequence's KV cells
 in cell order (in fp16), so a sequence whose cells are out of position order gets a different
@@ -39,6 +38,7 @@ import msgspec
 from shared.messages import SnapshotStats, common_prefix, prefix_key
 
 MIN_TOKENS = 32  # shorter prefixes are not worth a sequence
+STALE_USES = 4  # a snapshot unused for this many times max_entries lookups is evicted
 
 
 class SeqBackend(Protocol):
@@ -149,6 +149,8 @@ class SnapshotCache:
         into the working sequences and list what is left to read. A warm batch (warmup) is
         neither counted nor kept."""
         plan = Plan(prefixes=prefixes, work=work, reused=[0] * len(prefixes), warm=warm)
+        for e in [e for e in self._entries if not e.pinned and self._clock - e.used > STALE_USES * self.max_entries]:
+            self._evict(e)
         first: dict[tuple[int, ...], int] = {}
         matches: dict[int, tuple[Entry | None, int]] = {}
         for j, prefix in enumerate(prefixes):
@@ -172,8 +174,8 @@ class SnapshotCache:
         if not warm and self.enabled:
             self._plan_admissions(plan, matches)
             for j, (e, n) in matches.items():
+                self._clock += 1  # counts lookups: LRU order and staleness
                 if e is not None:
-                    self._clock += 1
                     e.used = self._clock
                 if e is not None and not e.pinned:
                     self.counters.hits += 1
@@ -275,12 +277,10 @@ class SnapshotCache:
         self.epoch += 1  # its cells are free now, maybe below other entries
 
     def _relocate(self, movers: list[Entry]) -> None:
-        """Save every mover, remove them all, restore them: they land first-fit, in order.
-
-        This starts no new epoch. An entry in place had no free cell below it, so the only free
-        cells below it now are the movers' own, the lowest free cells, which the restore fills
-        first. So entries in place stay put and the movers join them. (A new epoch here made
-        every entry a mover in turn, each batch relocating them all again.)"""
+        """Save every mover, remove them all, restore them: they land first-fit, in order. This
+        starts no new epoch: an entry in place had no free cell below it, so the only free cells
+        below it now are the movers' own, the lowest, which the restore fills first. (A new epoch
+        here made every entry a mover in turn, each batch relocating them all again.)"""
         blobs = [self.backend.save(e.seq) for e in movers]
         for e in movers:
             self.backend.remove(e.seq)
