@@ -33,7 +33,8 @@ class Tokenizer:
         self.preamble_tokens = len(preamble_tokens(partial(tokenize, self.vocab), profile))
         self._suffix_ids = lru_cache(maxsize=SUFFIX_CACHE)(
             lambda text: tuple(encode_suffix(partial(tokenize, self.vocab), profile, text)))
-        self._prefix_ids = lru_cache(maxsize=PREFIX_CACHE)(
+        # The ids of recent prefixes, kept: an lru_cache, whose cache_info() counts the hits.
+        self.prefix_ids = lru_cache(maxsize=PREFIX_CACHE)(
             lambda text: array("i", encode_prefix(partial(tokenize, self.vocab), profile, text)))
 
     def _answer_ids(self, words: tuple[str, ...]) -> list[int]:
@@ -44,7 +45,7 @@ class Tokenizer:
         return tokenize(self.vocab, text, add_bos=bos)
 
     def encode_request(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
-        return self._prefix_ids(prefix).tolist(), [list(self._suffix_ids(s)) for s in suffixes]
+        return self.prefix_ids(prefix).tolist(), [list(self._suffix_ids(s)) for s in suffixes]
 
     async def encode_async(self, prefix: str, suffixes: list[str]) -> tuple[list[int], list[list[int]]]:
         return await asyncio.get_running_loop().run_in_executor(self.pool, self.encode_request, prefix, suffixes)

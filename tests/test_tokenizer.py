@@ -106,6 +106,6 @@ def test_kept_prefix_ids_are_the_fresh_ones_and_callers_get_copies(tok):
     fresh = encode_prefix(partial(tokenize, tok.vocab), tok.profile, prefix)
     first, _ = tok.encode_request(prefix, [])
     first.append(-1)  # a caller changing its list must not change the kept ids
-    hits = tok._prefix_ids.cache_info().hits
+    hits = tok.prefix_ids.cache_info().hits
     second, _ = tok.encode_request(prefix, [])
-    assert second == fresh and tok._prefix_ids.cache_info().hits == hits + 1
+    assert second == fresh and tok.prefix_ids.cache_info().hits == hits + 1
