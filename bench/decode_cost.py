@@ -35,6 +35,7 @@ from typing import Callable
 
 from bench.engine import alternating, median_ms, model, new_engine
 from bench.request_shapes import one_at_a_time
+from shared.config import Settings
 from jevfleet.harness.fleet import start_fleet
 from loadtest import workloads
 from worker.engine import Job
@@ -42,7 +43,9 @@ from worker.pieces import token_rows
 from worker.warmup import make_job
 
 SHAPES = ((2,), (16,), (48,), (16, 16, 16))
-CACHES = ((2048, 600), (2048, 8192), (8192, 600), (8192, 8192))  # (ctx, snapshot tokens)
+DEFAULT_CACHE = (Settings().ctx, Settings().state_cache_tokens)  # (ctx, snapshot tokens) of a default worker
+CACHES = ((2048, 600), (2048, DEFAULT_CACHE[1]), (8192, 600), DEFAULT_CACHE)
+DEFAULT_NAME = "ctx {}, snapshots {}".format(*DEFAULT_CACHE)
 
 
 WARM_RUNS = 2  # runs before the timed ones (first decodes of a shape, page faults)
@@ -98,7 +101,7 @@ def requests(mode: str, reps: int) -> dict[str, list[float]]:
 def other_thread(mode: str, reps: int) -> tuple[float, float]:
     """(load thread, another thread) medians of W1 requests, at the default ctx and cache."""
     profile, items = model()[0], workloads.load("W1")[: reps + WARM_RUNS]
-    engine = new_engine(mode=mode, ctx=8192, state_cache_tokens=8192)
+    engine = new_engine(mode=mode)
 
     def median_run() -> float:
         runs = []
@@ -209,7 +212,7 @@ def main() -> None:
             run, decode, read = results[m]["requests"][cache]
             cells.append(f"{run:.1f} / {decode:.1f} / {read:.0f}")
         print(f"{cache:<30}" + "".join(f"{c:>36}" for c in cells))
-    print(f"\nthe same W1 requests, engine loaded on one thread (ctx 8192, snapshots 8192; ms, median of {args.reps})")
+    print(f"\nthe same W1 requests, engine loaded on one thread ({DEFAULT_NAME}; ms, median of {args.reps})")
     print(f"{'':<30}" + "".join(f"{m + ' load thread / other':>36}" for m in modes))
     print(f"{'decoded on':<30}" + "".join(f"{results[m]['threads'][0]:>26.1f} / {results[m]['threads'][1]:.1f}"
                                          for m in modes))
@@ -227,9 +230,9 @@ def main() -> None:
     print(f"{'':<30}" + "".join(f"{m + ' empty / wide':>36}" for m in modes))
     print(f"{'48-token read':<30}" + "".join("{:>26.1f} / {:.1f} ({:.2f}x)".format(*results[m]["width"],
                                 results[m]["width"][1] / results[m]["width"][0]) for m in modes))
-    print("\nfleet overhead, defaults: fleet wall p50 - engine alone (ctx 8192, snapshots 8192)")
+    print(f"\nfleet overhead, defaults: fleet wall p50 - engine alone ({DEFAULT_NAME})")
     for m in modes:
-        alone = results[m]["requests"]["ctx 8192, snapshots 8192"][0]
+        alone = results[m]["requests"][DEFAULT_NAME][0]
         print(f"{m:<30}{results[m]['fleets']['fleet, defaults'][0] - alone:>+10.1f} ms")
 
 
