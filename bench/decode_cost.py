@@ -16,7 +16,9 @@ Per mode (each in a child process of its own) it prints
   - W1, W3 and 20-question W4 requests with llama.cpp let finish its 262k-column output matmul
     (as before worker/hidden.py) and stopped at the hidden state, taking turns request by request;
   - a 48-token read while another sequence holds 6,000 cells below it, against an empty cache
-    (two engines, taking turns): what a wide KV range costs each read.
+    (two engines, taking turns): what a wide KV range costs each read;
+  - the fleet's overhead again, the fleet and an engine in this process taking turns with the
+    same W1 requests, so that the machine's drift falls on both alike.
 Medians of --reps, milliseconds of wall time. Not run by the tests.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.engine import alternating, median_ms, model, new_engine
+from bench.engine import NOTHING, alternating, median_ms, model, new_engine
 from bench.request_shapes import one_at_a_time
 from shared.config import Settings
 from jevfleet.harness.fleet import start_fleet
@@ -136,6 +138,32 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
     return statistics.median(r["wall"] for r in rows), statistics.median(r["inference"] for r in rows)
 
 
+def fleet_and_engine(mode: str, reps: int) -> tuple[float, float]:
+    """(fleet wall, engine alone) medians of the same W1 requests, one at a time, the two taking
+    turns: the fleet's overhead (issue 12's first item) without the drift of this machine between
+    two measurements made minutes apart. Both at the defaults; the engine's requests are tokenized
+    untimed, the fleet's wall includes its gateway and one HTTP round trip."""
+    profile, items = model()[0], workloads.load("W1")
+    engine = new_engine(mode=mode)
+    for_fleet, for_engine, job = itertools.cycle(items), itertools.cycle(items), []
+
+    def next_job() -> None:
+        item = next(for_engine)
+        job[:] = [make_job(engine, profile, item.state, [item.questions[0]])]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = start_fleet(Path(tmp), workers=1, extra=["--mode", mode])
+        try:
+            cases = [(lambda: one_at_a_time(fleet.url, [next(for_fleet)]), NOTHING),
+                     (lambda: engine.run(job), next_job)]
+            alternating(cases, WARM_RUNS)
+            via_fleet, alone = alternating(cases, reps)
+        finally:
+            fleet.stop()
+    engine.close()
+    return via_fleet.wall, alone.wall
+
+
 def output_matmul(mode: str, reps: int) -> dict[str, tuple[float, float]]:
     """workload -> (output matmul finished, stopped at h) medians, the two taking turns; each
     run gets its own request (W1, W4: a state neither has read; W3: one of five kept states)."""
@@ -182,7 +210,7 @@ def kv_width(mode: str, reps: int, cells: int = 6000) -> tuple[float, float]:
 def child(mode: str, reps: int) -> None:
     print(json.dumps({"calls": calls(mode, reps), "requests": requests(mode, reps),
                       "threads": other_thread(mode, reps), "outputs": output_matmul(mode, reps),
-                      "width": kv_width(mode, reps)}))
+                      "width": kv_width(mode, reps), "turns": fleet_and_engine(mode, reps)}))
 
 
 def main() -> None:
@@ -234,6 +262,11 @@ def main() -> None:
     for m in modes:
         alone = results[m]["requests"][DEFAULT_NAME][0]
         print(f"{m:<30}{results[m]['fleets']['fleet, defaults'][0] - alone:>+10.1f} ms")
+    print("\nfleet overhead, the fleet and the engine alone taking turns request by request "
+          f"(ms, medians of {args.reps})")
+    for m in modes:
+        via_fleet, alone = results[m]["turns"]
+        print(f"{m:<30}{via_fleet:>10.1f} - {alone:.1f} = {via_fleet - alone:+.1f} ms")
 
 
 if __name__ == "__main__":
