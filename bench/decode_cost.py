@@ -15,8 +15,8 @@ Per mode (each in a child process of its own) it prints
     the fleet, without Locust on the cores;
   - W1, W3 and 20-question W4 requests with llama.cpp let finish its 262k-column output matmul
     (as before worker/hidden.py) and stopped at the hidden state, taking turns request by request;
-  - a 48-token read while another sequence holds 6,000 cells below it, against an empty cache
-    (two engines, taking turns): what a wide KV range costs each read;
+  - a 48-token read while another sequence holds 6,000 or 20,000 cells below it, against an
+    empty cache (two engines, taking turns): what a wide KV range costs each read;
   - the fleet's overhead again, the fleet and an engine in this process taking turns with the
     same W1 requests, so that the machine's drift falls on both alike.
 Medians of --reps, milliseconds of wall time. Not run by the tests.
@@ -37,15 +37,17 @@ from typing import Callable
 
 from bench.engine import NOTHING, alternating, median_ms, model, new_engine
 from bench.request_shapes import one_at_a_time
-from shared.config import Settings
 from jevfleet.harness.fleet import start_fleet
 from loadtest import workloads
+from shared.config import Settings
 from worker.engine import Job
 from worker.pieces import token_rows
 from worker.warmup import make_job
 
 SHAPES = ((2,), (16,), (48,), (16, 16, 16))
-DEFAULT_CACHE = (Settings().ctx, Settings().state_cache_tokens)  # (ctx, snapshot tokens) of a default worker
+DEFAULTS = Settings()
+DEFAULT_CACHE = (DEFAULTS.ctx, DEFAULTS.state_cache_tokens)  # (ctx, snapshot tokens) of a default worker
+WIDTHS = (6000, 20000)  # cells of another sequence below a read (kv_width)
 CACHES = ((2048, 600), (2048, DEFAULT_CACHE[1]), (8192, 600), DEFAULT_CACHE)
 DEFAULT_NAME = "ctx {}, snapshots {}".format(*DEFAULT_CACHE)
 
@@ -190,21 +192,26 @@ def output_matmul(mode: str, reps: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def kv_width(mode: str, reps: int, cells: int = 6000) -> tuple[float, float]:
-    """(empty cache, `cells` cells of another sequence below) medians of a 48-token read."""
+def kv_width(mode: str, reps: int) -> dict[str, tuple[float, float]]:
+    """cells -> (empty cache, that many cells of another sequence below) medians of a 48-token
+    read, for each of WIDTHS (the other sequence grows from one to the next)."""
     narrow, wide = new_engine(mode=mode, pin=False), new_engine(mode=mode, pin=False)
-    filler = wide.tokenize("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod. " * 400)
-    for at in range(0, cells, 60):
-        wide._read(token_rows((5,), at, filler[at:at + 60]), None)
+    filler = wide.tokenize("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod. " * 2400)
     tokens = wide.tokenize("The parcel came late and the box was crushed; the customer wants a refund. " * 4)[:48]
     rows = token_rows((0,), 0, tokens)
     rows[-1] = (*rows[-1][:3], ("answer",))
     cases = [(lambda e=e: e._read(rows, lambda _key, _hidden: None), lambda e=e: e.remove(0)) for e in (narrow, wide)]
-    alternating(cases, WARM_RUNS)
-    empty, under = alternating(cases, reps)
+    out, held = {}, 0
+    for cells in WIDTHS:
+        for at in range(held, cells, 60):
+            wide._read(token_rows((5,), at, filler[at:at + 60]), None)
+        held = cells
+        alternating(cases, WARM_RUNS)
+        empty, under = alternating(cases, reps)
+        out[str(cells)] = (empty.wall, under.wall)
     narrow.close()
     wide.close()
-    return empty.wall, under.wall
+    return out
 
 
 def child(mode: str, reps: int) -> None:
@@ -254,14 +261,11 @@ def main() -> None:
     for name in results[modes[0]]["outputs"]:
         print(f"{name:<30}" + "".join("{:>26.1f} / {:.1f} ({:.2f}x)".format(*results[m]["outputs"][name],
                                       results[m]["outputs"][name][0] / results[m]["outputs"][name][1]) for m in modes))
-    print(f"\na 48-token read, empty cache / 6,000 cells of another sequence below (ms, median of {args.reps})")
+    print(f"\na 48-token read, empty cache / N cells of another sequence below (ms, median of {args.reps})")
     print(f"{'':<30}" + "".join(f"{m + ' empty / wide':>36}" for m in modes))
-    print(f"{'48-token read':<30}" + "".join("{:>26.1f} / {:.1f} ({:.2f}x)".format(*results[m]["width"],
-                                results[m]["width"][1] / results[m]["width"][0]) for m in modes))
-    print(f"\nfleet overhead, defaults: fleet wall p50 - engine alone ({DEFAULT_NAME})")
-    for m in modes:
-        alone = results[m]["requests"][DEFAULT_NAME][0]
-        print(f"{m:<30}{results[m]['fleets']['fleet, defaults'][0] - alone:>+10.1f} ms")
+    for cells in results[modes[0]]["width"]:
+        print(f"{cells + ' cells':<30}" + "".join("{:>26.1f} / {:.1f} ({:.2f}x)".format(
+            *results[m]["width"][cells], results[m]["width"][cells][1] / results[m]["width"][cells][0]) for m in modes))
     print("\nfleet overhead, the fleet and the engine alone taking turns request by request "
           f"(ms, medians of {args.reps})")
     for m in modes:

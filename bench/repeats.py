@@ -26,13 +26,11 @@ from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from shared.config import Settings
 from shared.model_files import resolve_model
-from shared.profiles import load_profile
+from shared.profiles import Profile, load_profile
 
 
-def passes(url: str, target: str, items: list[workloads.Item], n: int) -> list[tuple[float, int]]:
+def passes(url: str, target: str, profile: Profile, items: list[workloads.Item], n: int) -> list[tuple[float, int]]:
     """n passes over items, one request at a time: (seconds, prompt tokens read or -1) per pass."""
-    settings = Settings()
-    profile = load_profile(settings.profile)
     protocol = PROTOCOLS[target]
     out = []
     for _ in range(n):
@@ -54,17 +52,18 @@ def main() -> None:
     args = parser.parse_args()
     items = list(workloads.load(args.workload)[: args.requests])
     settings = Settings()
-    gguf = resolve_model(load_profile(settings.profile), settings.cache_path, settings.model)
+    profile = load_profile(settings.profile)
+    gguf = resolve_model(profile, settings.cache_path, settings.model)
     print(f"# python -m bench.repeats --workload {args.workload} --requests {args.requests} --passes {args.passes}"
           f"  (load average {os.getloadavg()[0]:.2f})")
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         ours = servers.jevfleet(logs)
-        theirs = servers.llama_server(ensure_llama_server(settings.cache_path), gguf, logs, threads=os.cpu_count() or 2,
-                                      ctx=1024, slots=8)
+        theirs = servers.llama_server(ensure_llama_server(settings.cache_path), gguf, logs,
+                                      threads=servers.BASELINE_THREADS, ctx=servers.BASELINE_CTX, slots=servers.SLOTS)
         for target, server in (("jevfleet", ours), ("llama-server", theirs)):
             with server as url:
-                for k, (seconds, read) in enumerate(passes(url, target, items, args.passes), 1):
+                for k, (seconds, read) in enumerate(passes(url, target, profile, items, args.passes), 1):
                     tokens = f", {read} prompt tokens read" if read >= 0 else ""
                     print(f"{target:<13} pass {k}: {seconds:7.2f} s, {seconds / len(items) * 1000:7.0f} ms a request"
                           f"{tokens}", flush=True)

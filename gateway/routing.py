@@ -9,34 +9,18 @@ and under load the affinity yields instead of piling work onto one worker.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Collection, Iterable, Protocol
 
 from gateway.capacity import Limits, Loaded, fits
+from shared.recent import RecentKeys
 
 
-class PrefixMemory:
-    """The prefix keys most recently sent to one worker, a bounded LRU sized like the worker's
-    snapshot cache: what it probably still holds even if it does not advertise snapshots. A
-    worker keeps a state on its second miss, so sending a repeat where the first went is also
-    what makes it keep the state at all."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._keys: OrderedDict[str, None] = OrderedDict()
-
-    def touch(self, key: str) -> None:
-        self._keys[key] = None
-        self._keys.move_to_end(key)
-        while len(self._keys) > self.size:
-            self._keys.popitem(last=False)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._keys
-
-    def __len__(self) -> int:
-        return len(self._keys)
+class PrefixMemory(RecentKeys):
+    """The prefix keys most recently sent to one worker, sized like the worker's snapshot cache:
+    what it probably still holds even if it does not advertise snapshots. A worker keeps a state
+    on its second miss, so sending a repeat where the first went is also what makes it keep the
+    state at all."""
 
 
 class Candidate(Loaded, Protocol):

@@ -19,6 +19,10 @@ from jevfleet.harness.processes import stop_process, wait_until
 from shared.config import PROJECT_ROOT
 
 READY_TIMEOUT_S = 300.0
+# The baselines as the sweep runs them by default (its --threads, --baseline-ctx, --slots).
+BASELINE_THREADS = os.cpu_count() or 2
+BASELINE_CTX = 1024  # context per sequence (llama-cpp-python allocates ctx × vocab logits)
+SLOTS = 8  # llama-server's parallel slots
 
 
 def answers_200(path: str) -> Callable[[str], bool]:

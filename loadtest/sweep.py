@@ -138,11 +138,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", type=target_list, default=["jevfleet"],
                    help=f"{', '.join(TARGETS)}, both (jevfleet + llama-cpp-python), all, or a comma list")
     p.add_argument("--out", type=Path, required=True, help="directory for results.md, the plot and logs")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 2,
+    p.add_argument("--threads", type=int, default=servers.BASELINE_THREADS,
                    help="threads for the baselines (our workers use their pinned cores)")
-    p.add_argument("--baseline-ctx", type=int, default=1024,
+    p.add_argument("--baseline-ctx", type=int, default=servers.BASELINE_CTX,
                    help="context per sequence for the baselines (llama-cpp-python allocates ctx × vocab logits)")
-    p.add_argument("--slots", type=int, default=8, help="llama-server parallel slots (-np)")
+    p.add_argument("--slots", type=int, default=servers.SLOTS, help="llama-server parallel slots (-np)")
     p.add_argument("--llama-server", type=Path, default=None, help="a llama-server binary; default: build/cache one")
     return p.parse_args(argv)
 

@@ -48,8 +48,9 @@ def q8_0_round_trip(h: np.ndarray) -> np.ndarray:
 
 class OutputMatrix:
     """Rows of a model's output matrix (its own, or the tied token embeddings), read on demand
-    from the memory-mapped GGUF file; a row is 2.5 KB of float64, a handful are kept. ggml's
-    GGUF reader finds the tensor (gguf's Python reader parses the 262k-entry vocabulary: 15 s)."""
+    from the memory-mapped GGUF file; a row is 5 KB of float64 (Gemma 3 270M), a handful are
+    kept. ggml's GGUF reader finds the tensor (gguf's Python reader parses the 262k-entry
+    vocabulary: 15 s)."""
 
     def __init__(self, path: Path, *, n_vocab: int, n_embd: int) -> None:
         lib = ggml()

@@ -36,6 +36,7 @@ from typing import Any, Protocol, Sequence
 import msgspec
 
 from shared.messages import SnapshotStats, common_prefix, prefix_key
+from shared.recent import RecentKeys
 
 MIN_TOKENS = 32  # shorter prefixes are not worth a sequence
 STALE_USES = 4  # a snapshot unused for this many times max_entries lookups is evicted
@@ -90,7 +91,7 @@ class SnapshotCache:
         self.keys: tuple[str, ...] = ()  # replaced whole, so other threads may read it
         self._entries: list[Entry] = []
         self.second_miss = second_miss
-        self._missed: dict[str, None] = {}  # keys of the last max_entries misses, oldest first
+        self._missed = RecentKeys(self.max_entries)  # keys of the last max_entries misses
         self._free = list(reversed(seqs))
         self._clock = 0
 
@@ -214,11 +215,9 @@ class SnapshotCache:
     def _seen_before(self, prefix: list[int]) -> bool:
         """Note a miss of prefix: may it be kept (missed before, among the last max_entries)?"""
         key = prefix_key(prefix)
-        again = self._missed.pop(key, False) is None
-        self._missed[key] = None
-        while len(self._missed) > self.max_entries:
-            del self._missed[next(iter(self._missed))]
-        return again or not self.second_miss
+        again = key in self._missed or not self.second_miss
+        self._missed.touch(key)
+        return again
 
     def end(self, plan: Plan) -> None:
         """Keep the admitted prefixes (copied from their working sequences, which the engine
