@@ -141,13 +141,15 @@ def test_stopping_a_worker_drains_it_and_starting_it_brings_it_back(pair):
     program = "worker:worker_01"
     old_pid = workers(pair)[victim]["pid"]
     handed_back = pair.health()[1]["fleet"]["handed_back"]
-    payloads = [decision(s) for s in states(4, tag="drain ", words=140)]
-    with ThreadPoolExecutor(4) as pool:
+    # each request is longer than a batch's token budget, so the victim runs one at a time and
+    # still holds a queue when SIGTERM lands however fast it reads
+    payloads = [decision(s) for s in states(8, tag="drain ", words=700)]
+    with ThreadPoolExecutor(len(payloads)) as pool:
         running = [pool.submit(post, pair.url, p) for p in payloads]
-        pair.wait_for(lambda h: by_id(h)[victim]["queued_requests"] >= 2,
+        pair.wait_for(lambda h: by_id(h)[victim]["queued_requests"] >= 3,
                       "the victim has a queue")
         pair.supervisorctl("stop", program)
-        assert [f.result().status for f in running] == [200] * 4
+        assert [f.result().status for f in running] == [200] * len(payloads)
     assert "stopped: worker_01 (exit status 0)" in (pair.run_dir / "supervisord.log").read_text()
     health = pair.wait_for(lambda h: by_id(h)[victim]["state"] == "down", "victim down")
     assert health["fleet"]["handed_back"] > handed_back
@@ -163,6 +165,7 @@ def test_stopping_a_worker_drains_it_and_starting_it_brings_it_back(pair):
 def test_an_extra_worker_joins_serves_and_leaves_on_sigterm_with_exit_0(pair):
     cmd = [sys.executable, "-m", "jevfleet", "worker", "--id", "extra", "--index", "2",
            "--run-dir", str(pair.run_dir), "--port", str(pair.port), "--cores-per-worker", "1"]
+    status_before = pair.health()[1]["status"]
     log = open(pair.run_dir / "extra_worker.log", "w")
     proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -172,7 +175,7 @@ def test_an_extra_worker_joins_serves_and_leaves_on_sigterm_with_exit_0(pair):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         pair.wait_for(lambda h: by_id(h)["extra"]["state"] == "down", "extra gone")
-        assert pair.health()[1]["status"] == "ready"
+        assert pair.health()[1]["status"] == status_before == "ready"
     finally:
         if proc.poll() is None:
             proc.kill()
