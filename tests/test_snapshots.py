@@ -341,6 +341,38 @@ def test_states_longer_than_the_sliding_window(fresh, cached):
     check_cache(cached)
 
 
+@pytest.mark.model
+def test_a_long_state_restored_from_host_memory_is_not_matched_across_the_cells_it_lost():
+    """A saved sequence leaves out the sliding-window cells that fell out of its window, so a
+    state longer than the window, restored and sharing the preamble's cells again, has a gap in
+    its sliding-window cells: a partial match into that gap must not be used (its window is not
+    held), though the whole state still is."""
+    doc = " ".join(f"Line {i}: the sensor in room {i % 7} reported {20 + i % 5} degrees at noon." for i in range(40))
+    texts = {"a": doc + " The heating was then switched off.", "b": doc + " The windows were then opened."}
+    question = ["Was the heating switched off?"]
+    plain = new_engine(ctx=2048, state_cache=0)
+    reference = {}
+    for name, text in texts.items():
+        job = make_job(plain, text, question)
+        plain.run([job])
+        reference[name] = job.margins
+    plain.close()
+    engine = new_engine(ctx=2048, state_cache=3, state_cache_tokens=3000, state_cache_ram_mb=256)
+    preamble = len(engine.cache.entries[0].tokens)
+    try:
+        for _ in range(2):  # a miss (saved to host memory), then restored from there
+            a = make_job(engine, texts["a"], question)
+            engine.run([a])
+            assert a.margins == reference["a"]
+        assert len(a.prefix) - preamble > engine.cache.n_swa and engine.cache.stats().ram_hits == 1
+        b = make_job(engine, texts["b"], question)
+        engine.run([b])
+        assert b.margins == reference["b"] and b.reused == preamble
+        check_cache(engine)
+    finally:
+        engine.close()
+
+
 COUNTERS = ("kept", "max", "tokens", "max_tokens", "hits", "misses", "reused_tokens", "bytes")
 
 

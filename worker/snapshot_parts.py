@@ -26,6 +26,7 @@ class Entry:
     pinned: bool = False
     used: int = 0  # LRU clock value of the last use
     placed: int = 0  # epoch in which its cells were placed
+    window_from: int = 0  # after a restore: sliding-window cells beyond the preamble start here
 
 
 @dataclass

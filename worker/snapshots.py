@@ -17,8 +17,8 @@ kept prefix, tokens appended to a copy of it would land below it. So each entry 
 `epoch` it was placed in, every eviction starts a new epoch, and before a batch extends an entry
 from an older epoch the entries it uses are relocated: saved, removed and restored first-fit (a
 memcpy), as entries from host memory come in. The pinned preamble is read first and never moves;
-the others are saved without it and share its cells again (_save), and Gemma 3's sliding-window
-layers may still lose cells of a long one, so a partial match needs its window (_window_ok).
+the others are saved without it and share its cells again (_save); a partial match needs its
+sliding window (Gemma 3), which a long one may lose (_window_ok).
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class SnapshotCache:
     def _window_ok(self, entry: Entry, n: int) -> bool:
         """Can a copy of entry's first n tokens be extended (a partial match needs the window before n)?"""
         return (n >= len(entry.tokens) or self.n_swa <= 0
-                or self.backend.pos_min(entry.seq) <= max(0, n - self.n_swa + 1))
+                or max(self.backend.pos_min(entry.seq), entry.window_from) <= max(0, n - self.n_swa + 1))
 
     def _match(self, prefix: Sequence[int], entries: list[Entry]) -> tuple[Entry | None, int]:
         return best_match(prefix, entries, min_tokens=self.min_tokens, epoch=self.epoch, usable=self._window_ok)
@@ -200,12 +200,11 @@ class SnapshotCache:
         cells restored by _relocate) and match it; the blobs by id(entry)."""
         blobs: dict[int, Any] = {}
         for j, (_, n) in matches.items():
-            prefix = prefixes[j]
-            key = prefix_key(prefix)
-            blob = self.spill.take(key, prefix) if n < len(prefix) else None
-            protect = {id(e) for e, _ in matches.values() if e is not None}
-            if blob is None or not self._make_room(1, len(prefix), protect):
+            prefix, key = prefixes[j], prefix_key(prefixes[j])
+            blob = self.spill.take(key, prefix) if n < len(prefix) else None  # held even if room drops it
+            if blob is None or not self._make_room(1, len(prefix), {id(e) for e, _ in matches.values() if e}):
                 continue
+            self.counters.ram_hits += 1
             entry = Entry(tokens=list(prefix), seq=self._free.pop(), key=key, placed=self.epoch - 1)
             self._add(entry)
             blobs[id(entry)] = blob
@@ -224,11 +223,10 @@ class SnapshotCache:
         self._add(Entry(tokens=list(tokens), seq=seq, key=prefix_key(tokens), pinned=True, placed=self.epoch))
 
     def clear(self) -> None:
-        """Forget every snapshot but the pinned preamble, and host memory's."""
-        self.spill.clear()
+        """Forget every snapshot but the pinned preamble, and host memory's (tests start afresh)."""
         for e in [e for e in self._entries if not e.pinned]:
-            self._forget(e)
-            self.epoch += 1
+            self._evict(e)
+        self.spill.clear()
         self._missed.clear()
 
     def lost_placement(self) -> None:
@@ -256,9 +254,8 @@ class SnapshotCache:
     def _preamble(self, tokens: list[int]) -> tuple[int, int]:
         """(sequence, length) of the pinned preamble if `tokens` go beyond it, else (-1, 0)."""
         first = self._entries[0] if self._entries else None
-        if first and first.pinned and len(tokens) > len(first.tokens) and tokens[:len(first.tokens)] == first.tokens:
-            return first.seq, len(first.tokens)
-        return -1, 0
+        n = len(first.tokens) if first and first.pinned else 0
+        return (first.seq, n) if 0 < n < len(tokens) and tokens[:n] == first.tokens else (-1, 0)
 
     def _save(self, seq: int, tokens: list[int]) -> Any:
         """The cells of `seq` (holding `tokens`) beyond the pinned preamble, taken out of it: _load
@@ -268,11 +265,14 @@ class SnapshotCache:
             self.backend.remove(seq, 0, base)
         return self.backend.save(seq)
 
-    def _load(self, seq: int, blob: Any, tokens: list[int]) -> None:
+    def _load(self, seq: int, blob: Any, tokens: list[int]) -> int:
+        """Restore what _save saved and share the preamble again; where its window starts."""
         self.backend.restore(seq, blob)  # first-fit above the preamble's cells, the lowest
         src, base = self._preamble(tokens)
+        window_from = self.backend.pos_min(seq)  # above base if a long state lost cells: a gap
         if base:
             self.backend.copy(src, seq, base)
+        return window_from if window_from > base else 0
 
     def _relocate(self, movers: list[Entry], blobs: dict[int, Any]) -> None:
         """Save every mover, remove them all, restore them: they land first-fit, in order. This
@@ -288,7 +288,7 @@ class SnapshotCache:
         done = 0
         try:
             for e, blob in zip(movers, saved):
-                self._load(e.seq, blob, e.tokens)
+                e.window_from = self._load(e.seq, blob, e.tokens)
                 e.placed = self.epoch
                 done += 1
         finally:

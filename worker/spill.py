@@ -31,7 +31,6 @@ class SpillStore:
         self.max_bytes = max(0, max_bytes)
         self.size_of = size_of
         self.bytes = 0
-        self.hits = 0  # blobs taken back into cells
         self._blobs: OrderedDict[str, Spilled] = OrderedDict()
         self.keys: tuple[str, ...] = ()  # replaced whole, so other threads may read it
 
@@ -51,7 +50,6 @@ class SpillStore:
         if item is None or item.tokens != tokens:  # a key is a 64-bit hash: check the tokens
             return None
         self._blobs.move_to_end(key)
-        self.hits += 1
         return item.blob
 
     def put(self, key: str, tokens: list[int], save: Callable[[], Any]) -> None:
@@ -73,8 +71,7 @@ class SpillStore:
 
     def figures(self) -> dict[str, int]:
         """Its part of shared.messages.SnapshotStats."""
-        return {"ram_kept": len(self._blobs), "ram_bytes": self.bytes, "ram_max_bytes": self.max_bytes,
-                "ram_hits": self.hits}
+        return {"ram_kept": len(self._blobs), "ram_bytes": self.bytes, "ram_max_bytes": self.max_bytes}
 
     def clear(self) -> None:
         self._blobs.clear()
