@@ -8,8 +8,9 @@ many of them a server still holds. This sends the first `--requests` requests of
 at a time, `--passes` times over, to a default fleet and to llama-server (the sweep's command
 line), and prints per pass the wall time and, for llama-server, the prompt tokens it read
 (`timings.prompt_n`). llama-server keeps prompts in host memory (`--cache-ram`, 8 GiB by
-default) and restores a repeated one; our workers keep a state as a snapshot on its second miss
-(worker/snapshots.py), so a repeat is read on the second pass and served from the third.
+default) and restores a repeated one; so do our workers (`state_cache_ram_mb`, worker/spill.py),
+and a second fleet without that tier shows what it buys: there a state becomes a snapshot on its
+second miss (worker/snapshots.py), read on the second pass and served from the third.
 Not run by the tests; quote it with the load average.
 """
 from __future__ import annotations
@@ -59,13 +60,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         ours = servers.jevfleet(logs)
+        no_ram = servers.jevfleet(logs, "jevfleet-no-ram", ("--state-cache-ram-mb", "0"))
         theirs = servers.llama_server(ensure_llama_server(settings.cache_path), gguf, logs,
                                       threads=servers.BASELINE_THREADS, ctx=servers.BASELINE_CTX, slots=servers.SLOTS)
-        for target, server in (("jevfleet", ours), ("llama-server", theirs)):
+        for name, target, server in (("jevfleet", "jevfleet", ours), ("no host memory", "jevfleet", no_ram),
+                                     ("llama-server", "llama-server", theirs)):
             with server as url:
                 for k, (seconds, read) in enumerate(passes(url, target, profile, items, args.passes), 1):
                     tokens = f", {read} prompt tokens read" if read >= 0 else ""
-                    print(f"{target:<13} pass {k}: {seconds:7.2f} s, {seconds / len(items) * 1000:7.0f} ms a request"
+                    print(f"{name:<14} pass {k}: {seconds:7.2f} s, {seconds / len(items) * 1000:7.0f} ms a request"
                           f"{tokens}", flush=True)
     print(f"(load average {os.getloadavg()[0]:.2f} at the end)")
 

@@ -65,8 +65,8 @@ class Settings(BaseSettings):
     affinity_slack_tokens: int = Field(384, ge=0, description="a worker holding the request's state prefix gets "
                                                               "it while its queue is at most this many tokens "
                                                               "longer than the least loaded one")
-    affinity_memory: int = Field(64, ge=0, description="state prefixes the gateway remembers per worker (like "
-                                                       "the worker's snapshot cache)")
+    affinity_memory: int = Field(64, ge=0, description="state prefixes the gateway remembers sending to each "
+                                                       "worker, until its heartbeats list them")
     curve_key: str = Field("", description="this process's CURVE secret key file (from jevfleet keys); "
                                            "required when the endpoint is not loopback")
     curve_server_key: str = Field("", description="worker: the gateway's CURVE public key file")
@@ -86,13 +86,16 @@ class Settings(BaseSettings):
     mode: Literal["deterministic", "fast"] = Field(
         "deterministic", description="deterministic (the same P(yes) on every path) or fast (last bits may "
                                      "depend on the batch's shape)")
-    state_cache: int = Field(64, ge=0, le=MAX_STATE_CACHE, description="state snapshots (KV-cache prefixes) "
+    state_cache: int = Field(16, ge=0, le=MAX_STATE_CACHE, description="state snapshots (KV-cache prefixes) "
                                                                        "kept per worker; 0 = off")
-    state_cache_tokens: int = Field(32768, ge=0, description="tokens all state snapshots of a worker may hold "
+    state_cache_tokens: int = Field(8192, ge=0, description="tokens all state snapshots of a worker may hold "
                                                             "together")
     state_cache_admission: Literal["second-miss", "first-miss"] = Field(
         "second-miss", description="when a state becomes a snapshot: on its second miss among the last "
                                    "state_cache misses, or on its first")
+    state_cache_ram_mb: int = Field(2048, ge=0, description="per worker: host memory (MiB) for the saved KV "
+                                    "cells of states that left or never entered state_cache, restored "
+                                    "instead of read when they come back; 0 = off")
     warmup: int = Field(1, ge=0, le=1, description="1 = warm up before registering and in idle time; 0 = off")
     cache_dir: str = Field("", description="where the assembled default GGUF is kept; empty = ~/.cache/jevfleet")
 

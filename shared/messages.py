@@ -43,6 +43,10 @@ class SnapshotStats(msgspec.Struct, kw_only=True):
     reused_tokens: int = 0  # prefix tokens not read thanks to a snapshot (preamble included)
     bytes: int = 0
     relocations: int = 0  # batches that had to move kept prefixes back into position order
+    ram_kept: int = 0  # prefixes saved in host memory (worker/spill.py)
+    ram_bytes: int = 0
+    ram_max_bytes: int = 0
+    ram_hits: int = 0  # prefixes restored from host memory instead of read
 
 
 class WorkerStats(SchedulerCounters, kw_only=True):

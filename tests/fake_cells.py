@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from worker.snapshots import Plan, SnapshotCache
+from worker.snapshot_parts import Plan
+from worker.snapshots import SnapshotCache
 
 
 class OutOfOrder(AssertionError):
@@ -33,10 +34,12 @@ class FakeCells:
             if c is not None and src in c.seqs and c.pos < length:
                 c.seqs.add(dst)
 
-    def remove(self, seq: int) -> None:
-        self.pos_floor.pop(seq, None)
+    def remove(self, seq: int, p0: int = -1, p1: int = -1) -> None:
+        lo, hi = max(p0, 0), (p1 if p1 >= 0 else float("inf"))
+        if lo == 0 and hi == float("inf"):
+            self.pos_floor.pop(seq, None)
         for i, c in enumerate(self.cells):
-            if c is not None and seq in c.seqs:
+            if c is not None and seq in c.seqs and lo <= c.pos < hi:
                 c.seqs.discard(seq)
                 if not c.seqs:
                     self.cells[i] = None

@@ -21,7 +21,7 @@ from shared.config import default_settings
 from shared.messages import SnapshotStats
 
 class NoCache:
-    keys = ()
+    def held_keys(self): return frozenset()
     def stats(self): return SnapshotStats()
 
 class SlowEngine:

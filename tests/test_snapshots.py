@@ -15,17 +15,19 @@ from shared.messages import prefix_key
 from tests.fake_cells import FakeCells, OutOfOrder, run_batch
 from tests.kv_layout import in_position_order
 from worker.engine import Engine
-from worker.snapshots import SnapshotCache, common_prefix
+from shared.messages import common_prefix
+from worker.snapshots import SnapshotCache
 
 PREAMBLE = list(range(1000, 1040))  # 40 tokens every prompt starts with
 
 
 def make_cache(cells: FakeCells, *, entries: int = 4, tokens: int = 400, pin: bool = True,
-               second_miss: bool = False) -> SnapshotCache:
+               second_miss: bool = False, spill: int = 0) -> SnapshotCache:
     """A cache on fake cells. Its LRU and limits are tested keeping a state on first sight, which
-    says less; the default admission rule (on the second miss) has tests of its own."""
+    says less; the default admission rule (on the second miss) and host memory (`spill`: cells
+    it may hold) have tests of their own."""
     cache = SnapshotCache(cells, seqs=range(100, 100 + entries), max_entries=entries, max_tokens=tokens,
-                          second_miss=second_miss)
+                          second_miss=second_miss, spill_bytes=spill)
     if pin:
         cells.place([(0, i, t) for i, t in enumerate(PREAMBLE)])
         cache.pin(PREAMBLE, 0)
@@ -151,6 +153,38 @@ def test_a_snapshot_unused_for_long_is_evicted_though_there_is_room():
     assert cache.keys == (prefix_key(PREAMBLE),) and cache.tokens == len(PREAMBLE)
 
 
+def test_a_state_that_left_the_cells_comes_back_from_host_memory_unread():
+    """Unkept and evicted prefixes are saved to host memory; a repeat is restored into cells
+    instead of read (and the fake checks the restored cells stay in position order)."""
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=2, second_miss=True, spill=1000)  # the preamble and one state
+    run_batch(cache, cells, [state(1)])  # a first miss: not kept in cells, saved to host memory
+    assert len(cache.entries) == 1 and prefix_key(state(1)) in cache.held_keys()
+    plan = run_batch(cache, cells, [state(1)])
+    assert plan.reads == [] and plan.reused == [len(state(1))]
+    assert cells.used() == len(state(1))  # the restored state shares the preamble's cells
+    run_batch(cache, cells, [state(2)])
+    run_batch(cache, cells, [state(2)])  # restored; state 1 leaves the cells to make room
+    assert {tuple(e.tokens) for e in cache.entries} == {tuple(PREAMBLE), tuple(state(2))}
+    plan = run_batch(cache, cells, [state(1), state(3)])
+    assert [(seq, start) for seq, start, _ in plan.reads] == [(1, len(PREAMBLE))]  # only state 3 is read
+    s = cache.stats()
+    assert (s.ram_hits, s.ram_kept, s.hits, s.misses) == (3, 3, 3, 3)
+    cache.clear()
+    assert cache.held_keys() == {prefix_key(PREAMBLE)} and cache.stats().ram_bytes == 0
+
+
+def test_host_memory_keeps_to_its_budget_dropping_the_least_recently_used():
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=2, second_miss=True, spill=100)  # two states fit (40 cells each
+    for k in (1, 2, 3):                                                  # beyond the shared preamble)
+        run_batch(cache, cells, [state(k)])
+    assert cache.stats().ram_kept == 2 and cache.stats().ram_bytes == 2 * (len(state(1)) - len(PREAMBLE))
+    assert prefix_key(state(1)) not in cache.held_keys()
+    assert run_batch(cache, cells, [state(1)]).reads != []  # dropped: read again
+    assert run_batch(cache, cells, [state(3)]).reads == []
+
+
 def test_a_partial_match_is_used_only_while_its_sliding_window_is_held():
     cells = FakeCells(4000)
     cache = SnapshotCache(cells, seqs=range(100, 104), max_entries=4, max_tokens=2000, n_swa=64, second_miss=False)
@@ -184,7 +218,7 @@ def test_out_of_order_placement_is_caught_by_the_fake():
     snapshot lies above a hole would be placed below it."""
     cells = FakeCells(4000)
     cache = make_cache(cells, entries=3)
-    cache._relocate = lambda movers: None  # what the cache would do without relocation
+    cache._relocate = lambda movers, blobs: None  # what the cache would do without relocation
     run_batch(cache, cells, [state(1)])
     run_batch(cache, cells, [state(2)])
     run_batch(cache, cells, [state(3)])  # evicts 1: a hole below 2
@@ -195,13 +229,13 @@ def test_out_of_order_placement_is_caught_by_the_fake():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(0, 7), st.sampled_from([0, 30, 120])),
                          min_size=1, max_size=4), min_size=1, max_size=25),
-       st.integers(2, 6), st.sampled_from([150, 300, 600]), st.booleans())
-def test_random_traffic_keeps_limits_prefixes_and_cell_order(batches, entries, tokens, second_miss):
+       st.integers(2, 6), st.sampled_from([150, 300, 600]), st.booleans(), st.sampled_from([0, 150, 1000]))
+def test_random_traffic_keeps_limits_prefixes_and_cell_order(batches, entries, tokens, second_miss, spill):
     """Any interleaving of states (some sharing beginnings), batch mates, evictions and
     relocations: every working sequence holds its exact prefix, no token is ever appended below
     its sequence's cells, and the limits hold after every batch."""
     cells = FakeCells(2500)
-    cache = make_cache(cells, entries=entries, tokens=tokens, second_miss=second_miss)
+    cache = make_cache(cells, entries=entries, tokens=tokens, second_miss=second_miss, spill=spill)
     for batch in batches:
         run_batch(cache, cells, [state(k % 4 + 1, length=10 + 5 * k, common=common) for k, common in batch])
         assert len(cache.entries) <= entries and cache.tokens <= tokens
@@ -209,6 +243,7 @@ def test_random_traffic_keeps_limits_prefixes_and_cell_order(batches, entries, t
         for e in cache.entries:
             assert cells.tokens(e.seq) == e.tokens and cells.in_order(e.seq)
         assert cells.used() <= tokens  # snapshots hold at most their token budget in cells
+        assert cache.spill.bytes <= spill
 
 
 # --- the real model ----------------------------------------------------------------------------
@@ -269,13 +304,16 @@ def test_answers_are_bit_identical_fresh_cold_warm_alone_and_batched(fresh, cach
         check_cache(cached)
     stats = cached.cache.stats()
     assert served_from_snapshot >= 5 and stats.hits >= 5 and stats.relocations >= 1, stats
+    assert stats.ram_hits >= 1 and stats.ram_kept >= 2, stats  # evicted states came back from host memory
 
 
 @pytest.mark.model
 def test_states_longer_than_the_sliding_window(fresh, cached):
-    """Gemma 3's sliding-window layers see the last 512 positions, and a relocated snapshot
-    keeps only those: a partial match into a long snapshot is used while its window is held and
-    given up after a move. The answers are bit-identical either way."""
+    """Gemma 3's sliding-window layers see the last 512 positions, and a saved sequence keeps
+    only those; snapshots are saved and restored without the pinned preamble (which they share),
+    so a state under 512 tokens beyond it keeps its window through a restore or a move, and a
+    partial match into it is used (the loss of a window: the fake-cells test above). The answers
+    are bit-identical either way."""
     doc = " ".join(f"Line {i}: the sensor in room {i % 7} reported {20 + i % 5} degrees at noon." for i in range(15))
     states = {"a": doc + " The heating was then switched off.", "b": doc + " The windows were then opened.",
               "c": doc + " Nobody changed anything afterwards."}
@@ -289,8 +327,8 @@ def test_states_longer_than_the_sliding_window(fresh, cached):
     cache.clear()
     a = make_job(cached, states["a"], question)
     assert len(a.prefix) > cache.n_swa > 0
-    cached.run([a])
-    cached.run([a])  # its second miss: kept
+    cached.run([a])  # a miss: saved to host memory
+    cached.run([a])  # restored from there (its cells beyond the preamble, so its window is whole)
     b = make_job(cached, states["b"], question)
     cached.run([b])  # a partial match into the snapshot of "a", whose window is held
     assert b.margins == reference["b"] and b.reused == common_prefix(a.prefix, b.prefix)
@@ -299,8 +337,40 @@ def test_states_longer_than_the_sliding_window(fresh, cached):
     c = make_job(cached, states["c"], question)
     cached.run([a, c])
     assert a.margins == reference["a"] and a.reused == len(a.prefix)
-    assert c.margins == reference["c"] and c.reused == len(cache.entries[0].tokens)  # the preamble only
+    assert c.margins == reference["c"] and c.reused == common_prefix(a.prefix, c.prefix)  # after a move
     check_cache(cached)
+
+
+@pytest.mark.model
+def test_a_long_state_restored_from_host_memory_is_not_matched_across_the_cells_it_lost():
+    """A saved sequence leaves out the sliding-window cells that fell out of its window, so a
+    state longer than the window, restored and sharing the preamble's cells again, has a gap in
+    its sliding-window cells: a partial match into that gap must not be used (its window is not
+    held), though the whole state still is."""
+    doc = " ".join(f"Line {i}: the sensor in room {i % 7} reported {20 + i % 5} degrees at noon." for i in range(40))
+    texts = {"a": doc + " The heating was then switched off.", "b": doc + " The windows were then opened."}
+    question = ["Was the heating switched off?"]
+    plain = new_engine(ctx=2048, state_cache=0)
+    reference = {}
+    for name, text in texts.items():
+        job = make_job(plain, text, question)
+        plain.run([job])
+        reference[name] = job.margins
+    plain.close()
+    engine = new_engine(ctx=2048, state_cache=3, state_cache_tokens=3000, state_cache_ram_mb=256)
+    preamble = len(engine.cache.entries[0].tokens)
+    try:
+        for _ in range(2):  # a miss (saved to host memory), then restored from there
+            a = make_job(engine, texts["a"], question)
+            engine.run([a])
+            assert a.margins == reference["a"]
+        assert len(a.prefix) - preamble > engine.cache.n_swa and engine.cache.stats().ram_hits == 1
+        b = make_job(engine, texts["b"], question)
+        engine.run([b])
+        assert b.margins == reference["b"] and b.reused == preamble
+        check_cache(engine)
+    finally:
+        engine.close()
 
 
 COUNTERS = ("kept", "max", "tokens", "max_tokens", "hits", "misses", "reused_tokens", "bytes")

@@ -66,10 +66,10 @@ class Engine:
         state_cache: int,
         state_cache_tokens: int,
         state_cache_second_miss: bool = True,
+        state_cache_ram_mb: int = 0,
         head: Head | None = None,
     ) -> None:
-        """The sizes are the settings of the same names (Engine.from_settings); head: a learned
-        readout (worker/head.py) instead of the yes−no margin."""
+        """Sizes: the settings of the same names (from_settings); head: a learned readout, not yes−no."""
         if not 0 <= state_cache <= MAX_STATE_CACHE:  # checked before a model is loaded for nothing
             raise ValueError(f"state_cache must be 0..{MAX_STATE_CACHE}, not {state_cache}")
         lib = llama()
@@ -101,7 +101,6 @@ class Engine:
         self.ctx_ptr = lib.llama_init_from_model(self.model, cparams)
         if not self.ctx_ptr:
             raise RuntimeError("llama.cpp could not create a context")
-        self.n_ctx = cparams.n_ctx
         self.n_batch = cparams.n_batch
         self.scratch = N_WORK - 1  # padding rows; warm calls
         self.max_batch_requests = (N_WORK - 1) // 2  # the other half holds suffixes
@@ -111,7 +110,7 @@ class Engine:
         self.decode_calls = 0  # llama_decode calls that read requests
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model),
-                                   second_miss=state_cache_second_miss)
+                                   second_miss=state_cache_second_miss, spill_bytes=state_cache_ram_mb << 20)
 
     @classmethod
     def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None) -> Engine:
@@ -119,7 +118,8 @@ class Engine:
         return cls(model_path, ctx=settings.ctx, batch_tokens=settings.batch_tokens, threads=threads,
                    deterministic=settings.mode == "deterministic", state_cache=settings.state_cache,
                    state_cache_tokens=settings.state_cache_tokens, head=head,
-                   state_cache_second_miss=settings.state_cache_admission == "second-miss")
+                   state_cache_second_miss=settings.state_cache_admission == "second-miss",
+                   state_cache_ram_mb=settings.state_cache_ram_mb)
 
     def close(self) -> None:
         """Free the context and the model (a process that exits need not call this)."""
@@ -137,8 +137,8 @@ class Engine:
     def copy(self, src: int, dst: int, length: int) -> None:
         llama().llama_memory_seq_cp(self.mem, src, dst, 0, length)
 
-    def remove(self, seq: int) -> None:
-        llama().llama_memory_seq_rm(self.mem, seq, -1, -1)
+    def remove(self, seq: int, p0: int = -1, p1: int = -1) -> None:
+        llama().llama_memory_seq_rm(self.mem, seq, p0, p1)
 
     def save(self, seq: int) -> ctypes.Array:
         lib = llama()

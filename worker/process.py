@@ -81,7 +81,7 @@ class WorkerProcess:
             pid=os.getpid(),
             cores=self.cores,
             serves=self.serves,
-            snapshot_keys=frozenset(self.engine.cache.keys),
+            snapshot_keys=self.engine.cache.held_keys(),
             stats=WorkerStats(**counters, queued_tokens=tokens, queued_requests=requests,
                               state_snapshots=self.engine.cache.stats()),
             draining=self._stop.is_set(),

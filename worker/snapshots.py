@@ -2,83 +2,43 @@
 llama.cpp context, so that a state that keeps coming back is not read again for every request.
 
 A request's prefix (preamble + state) is matched against every kept prefix by longest common
-prefix over token ids. A hit copies the matched cells into the request's working sequence
-(llama_memory_seq_cp: with a unified KV cache only cell metadata changes) and only the tokens
-after the match are read. The profile's preamble is pinned, so every real prompt hits at least
-that. Limits: `max_entries` prefixes and `max_tokens` tokens in all (the sum of their lengths,
-an upper bound of the cells they hold); 0 entries turns the cache off.
-Kept cells slow every later read (llama.cpp attends over the whole range of used cells: a
-48-token read above 6,000 cells of other sequences took 1.25-1.39x as long, `make bench-decode`),
-so a prefix is kept on its second miss among the last `max_entries` misses (`second_miss`), and
-one unused for STALE_USES x `max_entries` lookups is evicted even when there is room.
+prefix over token ids; a hit copies the matched cells into the request's working sequence (with
+a unified KV cache only cell metadata changes) and only the tokens after the match are read. The
+profile's preamble is pinned, so every prompt hits at least that. Limits: `max_entries` prefixes
+and `max_tokens` tokens; 0 entries turns the cache off. Kept cells slow every later read (1.26x
+at 6,000 cells, `make bench-decode`), so a prefix is kept on its second miss among the last
+`max_entries` misses, one unused for STALE_USES x `max_entries` lookups is evicted, and evicted
+or unkept prefixes go to host memory (worker/spill.py), from where a whole match is restored.
 
-Why cells must stay in position order: flash attention accumulates over a sequence's KV cells
-in cell order (in fp16), so a sequence whose cells are out of position order gets a different
-answer than a fresh read of the same prompt (measured: a yes-no margin of 1.04 became 0.88).
-llama.cpp puts new tokens first-fit from the lowest free cell, so after an eviction frees cells
-below a kept prefix, tokens appended to a copy of that prefix would land below it. Each kept
-prefix therefore remembers the `epoch` it was placed in; every eviction starts a new epoch, and
-before a copy of a prefix from an older epoch is extended, the prefixes used by the batch are
-relocated: saved, removed and restored (a memcpy of their cells, about 1.5 ms per 250 tokens).
-Restoring is first-fit too, so afterwards no free cell lies below them and new tokens land
-above; and entries that were in place stay in place (see _relocate), so a relocation starts no
-new epoch. The pinned preamble is read first into an empty cache and never moves.
-
-Sliding-window layers (Gemma 3): llama.cpp may drop cells out of a kept prefix's window (a saved
-state omits them), so a partial match (an LCP shorter than the kept prefix) is used only while
-the window before the match point is present.
+Invariant: every sequence's cells are in position order. Flash attention sums a sequence's cells
+in cell order (fp16), so out-of-order cells change answers (a margin of 1.04 became 0.88), and
+llama.cpp places tokens first-fit from the lowest free cell: after an eviction frees cells below a
+kept prefix, tokens appended to a copy of it would land below it. So each entry remembers the
+`epoch` it was placed in, every eviction starts a new epoch, and before a batch extends an entry
+from an older epoch the entries it uses are relocated: saved, removed and restored first-fit (a
+memcpy), as entries from host memory come in. The pinned preamble is read first and never moves;
+the others are saved without it and share its cells again (_save); a partial match needs its
+sliding window (Gemma 3), which a long one may lose (_window_ok).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import msgspec
 
-from shared.messages import SnapshotStats, common_prefix, prefix_key
+from shared.messages import SnapshotStats, prefix_key
 from shared.recent import RecentKeys
+from worker.snapshot_parts import Entry, Plan, SeqBackend, best_match
+from worker.spill import SpillStore
 
 MIN_TOKENS = 32  # shorter prefixes are not worth a sequence
 STALE_USES = 4  # a snapshot unused for this many times max_entries lookups is evicted
 
 
-class SeqBackend(Protocol):
-    """The cell operations the cache needs from the context (worker.engine.Engine)."""
-
-    def copy(self, src: int, dst: int, length: int) -> None: ...
-    def remove(self, seq: int) -> None: ...
-    def save(self, seq: int) -> Any: ...
-    def restore(self, seq: int, blob: Any) -> None: ...
-    def pos_min(self, seq: int) -> int: ...
-
-
-@dataclass
-class Entry:
-    tokens: list[int]
-    seq: int
-    key: str
-    pinned: bool = False
-    used: int = 0  # LRU clock value of the last use
-    placed: int = 0  # epoch in which its cells were placed
-
-
-@dataclass
-class Plan:
-    """What one batch does with the cache: filled by begin(), done by the engine, closed by end()."""
-
-    prefixes: list[list[int]]
-    work: list[int]  # the working sequence of each job
-    reads: list[tuple[int, int, list[int]]] = field(default_factory=list)  # (seq, start, tokens)
-    copies: list[tuple[int, int, int]] = field(default_factory=list)  # after the reads: (src, dst, n)
-    reused: list[int] = field(default_factory=list)  # prefix tokens each job did not read
-    admit: list[int] = field(default_factory=list)  # jobs whose prefix becomes a snapshot
-    protect: set[int] = field(default_factory=set)  # ids of entries this batch used
-    warm: bool = False
-
-
 class SnapshotCache:
     def __init__(self, backend: SeqBackend, *, seqs: Sequence[int], max_entries: int, max_tokens: int,
-                 min_tokens: int = MIN_TOKENS, n_swa: int = 0, second_miss: bool = True) -> None:
+                 min_tokens: int = MIN_TOKENS, n_swa: int = 0, second_miss: bool = True,
+                 spill_bytes: int = 0) -> None:
         self.backend = backend
         self.max_entries = max(0, min(max_entries, len(seqs)))
         self.max_tokens = max(0, max_tokens)
@@ -94,6 +54,7 @@ class SnapshotCache:
         self._missed = RecentKeys(self.max_entries)  # keys of the last max_entries misses
         self._free = list(reversed(seqs))
         self._clock = 0
+        self.spill = SpillStore(spill_bytes if self.enabled else 0)
 
     @property
     def enabled(self) -> bool:
@@ -103,38 +64,24 @@ class SnapshotCache:
     def entries(self) -> list[Entry]:
         return list(self._entries)
 
+    def held_keys(self) -> frozenset[str]:
+        """Keys of every prefix kept, in cells or in host memory (heartbeats carry them)."""
+        return frozenset(self.keys + self.spill.keys)
+
     def stats(self) -> SnapshotStats:
         """The counters with the cache's present size filled in (a copy: heartbeats carry it)."""
         return msgspec.structs.replace(self.counters, kept=len(self._entries), max=self.max_entries,
                                        tokens=self.tokens, max_tokens=self.max_tokens,
-                                       bytes=self.tokens * self.token_bytes)
+                                       bytes=self.tokens * self.token_bytes, **self.spill.figures())
 
     # --- lookups (no side effects) ----------------------------------------------------------
     def _window_ok(self, entry: Entry, n: int) -> bool:
-        """Can a copy of entry's first n tokens be extended? A partial match needs the
-        sliding window before position n, which llama.cpp may have dropped."""
-        if n >= len(entry.tokens) or self.n_swa <= 0:
-            return True
-        return self.backend.pos_min(entry.seq) <= max(0, n - self.n_swa + 1)
+        """Can a copy of entry's first n tokens be extended (a partial match needs the window before n)?"""
+        return (n >= len(entry.tokens) or self.n_swa <= 0
+                or max(self.backend.pos_min(entry.seq), entry.window_from) <= max(0, n - self.n_swa + 1))
 
     def _match(self, prefix: Sequence[int], entries: list[Entry]) -> tuple[Entry | None, int]:
-        """The entry to start from and how many tokens of it. Beyond the pinned preamble, a
-        state snapshot must give min_tokens more (or all of its own, if it holds fewer): a few
-        shared words ("The ...") are not worth touching, or moving, a snapshot."""
-        pinned = [e for e in entries if e.pinned]
-        floor = max((common_prefix(prefix, e.tokens) for e in pinned), default=0)
-        best: Entry | None = None
-        best_rank: tuple = (0,)
-        for e in entries:
-            n = common_prefix(prefix, e.tokens)
-            need = self.min_tokens if e.pinned else floor + min(self.min_tokens, len(e.tokens) - floor)
-            if n < need or n < best_rank[0] or not self._window_ok(e, n):
-                continue
-            # longest; then the preamble, then one that need not move, then the most recent
-            rank = (n, e.pinned, e.placed == self.epoch, e.used)
-            if rank > best_rank:
-                best, best_rank = e, rank
-        return best, (best_rank[0] if best else 0)
+        return best_match(prefix, entries, min_tokens=self.min_tokens, epoch=self.epoch, usable=self._window_ok)
 
     def estimate(self, prefix: Sequence[int], earlier: Sequence[Sequence[int]] = ()) -> int:
         """Prefix tokens a request would read if it joined a batch holding `earlier`."""
@@ -162,10 +109,11 @@ class SnapshotCache:
                 continue
             first[key] = j
             matches[j] = self._match(prefix, self._entries) if self.enabled else (None, 0)
+        blobs = self._unspill(prefixes, matches) if not warm and self.spill.enabled else {}
         used = {id(e): e for e, _ in matches.values() if e is not None}
         movers = [e for e in used.values() if not e.pinned]
         if any(e.placed != self.epoch for e in movers):
-            self._relocate(movers)
+            self._relocate(movers, blobs)
             in_place = [e for e in self._entries if e.pinned or e.placed == self.epoch]
             for j, (e, n) in matches.items():  # a move may drop a partial match's window
                 if e is not None and not self._window_ok(e, n):
@@ -204,9 +152,10 @@ class SnapshotCache:
         room = self.max_tokens - sum(len(e.tokens) for e in keep)
         for j, (_, n) in matches.items():
             length = len(plan.prefixes[j])
-            if n == length or length < self.min_tokens or not self._seen_before(plan.prefixes[j]):
-                continue  # a hit, too short, or not (yet) worth keeping
-            if slots < 1 or length > room:
+            if n == length or length < self.min_tokens:
+                continue  # a hit, or too short
+            if not self._seen_before(plan.prefixes[j]) or slots < 1 or length > room:
+                plan.spill.append(j)  # not (yet) worth cells, or no room
                 continue
             plan.admit.append(j)
             slots -= 1
@@ -221,21 +170,46 @@ class SnapshotCache:
 
     def end(self, plan: Plan) -> None:
         """Keep the admitted prefixes (copied from their working sequences, which the engine
-        removes afterwards), evicting least recently used entries to make room."""
-        if plan.warm or not plan.admit:
+        removes afterwards), evicting least recently used entries to make room; save the other
+        misses to host memory."""
+        if plan.warm:
             return
+        for j in plan.spill:
+            self.spill.put(prefix_key(plan.prefixes[j]), plan.prefixes[j], lambda: self._save(plan.work[j], plan.prefixes[j]))
         placed = self.epoch  # an eviction below makes the new entries movable too
-        need_tokens = sum(len(plan.prefixes[j]) for j in plan.admit)
-        while (len(self._entries) + len(plan.admit) > self.max_entries
-               or self.tokens + need_tokens > self.max_tokens):
-            victims = [e for e in self._entries if not e.pinned and id(e) not in plan.protect]
-            self._evict(min(victims, key=lambda e: e.used))
+        self._make_room(len(plan.admit), sum(len(plan.prefixes[j]) for j in plan.admit), plan.protect)
         for j in plan.admit:
             prefix = plan.prefixes[j]
             seq = self._free.pop()
             self.backend.copy(plan.work[j], seq, len(prefix))
             self._clock += 1
             self._add(Entry(tokens=list(prefix), seq=seq, key=prefix_key(prefix), used=self._clock, placed=placed))
+
+    def _make_room(self, entries: int, tokens: int, protect: set[int]) -> bool:
+        """Evict least recently used entries (not pinned, not in `protect`) until `entries` more
+        entries of `tokens` tokens in all fit; False if they cannot."""
+        while len(self._entries) + entries > self.max_entries or self.tokens + tokens > self.max_tokens:
+            victims = [e for e in self._entries if not e.pinned and id(e) not in protect]
+            if not victims:
+                return False
+            self._evict(min(victims, key=lambda e: e.used))
+        return True
+
+    def _unspill(self, prefixes: list[list[int]], matches: dict[int, tuple[Entry | None, int]]) -> dict[int, Any]:
+        """Turn every prefix that no entry holds whole but host memory does into an entry (its
+        cells restored by _relocate) and match it; the blobs by id(entry)."""
+        blobs: dict[int, Any] = {}
+        for j, (_, n) in matches.items():
+            prefix, key = prefixes[j], prefix_key(prefixes[j])
+            blob = self.spill.take(key, prefix) if n < len(prefix) else None  # held even if room drops it
+            if blob is None or not self._make_room(1, len(prefix), {id(e) for e, _ in matches.values() if e}):
+                continue
+            self.counters.ram_hits += 1
+            entry = Entry(tokens=list(prefix), seq=self._free.pop(), key=key, placed=self.epoch - 1)
+            self._add(entry)
+            blobs[id(entry)] = blob
+            matches[j] = (entry, len(prefix))
+        return blobs
 
     def pin(self, tokens: list[int], work_seq: int) -> None:
         """Keep `tokens` (already read into work_seq) for good. Call on an empty cache, before
@@ -249,9 +223,10 @@ class SnapshotCache:
         self._add(Entry(tokens=list(tokens), seq=seq, key=prefix_key(tokens), pinned=True, placed=self.epoch))
 
     def clear(self) -> None:
-        """Forget every snapshot but the pinned preamble."""
+        """Forget every snapshot but the pinned preamble, and host memory's (tests start afresh)."""
         for e in [e for e in self._entries if not e.pinned]:
             self._evict(e)
+        self.spill.clear()
         self._missed.clear()
 
     def lost_placement(self) -> None:
@@ -272,22 +247,48 @@ class SnapshotCache:
         self.keys = tuple(e.key for e in self._entries)
 
     def _evict(self, entry: Entry) -> None:
+        self.spill.put(entry.key, entry.tokens, lambda: self._save(entry.seq, entry.tokens))
         self._forget(entry)
         self.epoch += 1  # its cells are free now, maybe below other entries
 
-    def _relocate(self, movers: list[Entry]) -> None:
+    def _preamble(self, tokens: list[int]) -> tuple[int, int]:
+        """(sequence, length) of the pinned preamble if `tokens` go beyond it, else (-1, 0)."""
+        first = self._entries[0] if self._entries else None
+        n = len(first.tokens) if first and first.pinned else 0
+        return (first.seq, n) if 0 < n < len(tokens) and tokens[:n] == first.tokens else (-1, 0)
+
+    def _save(self, seq: int, tokens: list[int]) -> Any:
+        """The cells of `seq` (holding `tokens`) beyond the pinned preamble, taken out of it: _load
+        shares the preamble's cells again, so fewer cells, the very ones a fresh read uses."""
+        _, base = self._preamble(tokens)
+        if base:
+            self.backend.remove(seq, 0, base)
+        return self.backend.save(seq)
+
+    def _load(self, seq: int, blob: Any, tokens: list[int]) -> int:
+        """Restore what _save saved and share the preamble again; where its window starts."""
+        self.backend.restore(seq, blob)  # first-fit above the preamble's cells, the lowest
+        src, base = self._preamble(tokens)
+        window_from = self.backend.pos_min(seq)  # above base if a long state lost cells: a gap
+        if base:
+            self.backend.copy(src, seq, base)
+        return window_from if window_from > base else 0
+
+    def _relocate(self, movers: list[Entry], blobs: dict[int, Any]) -> None:
         """Save every mover, remove them all, restore them: they land first-fit, in order. This
         starts no new epoch: an entry in place had no free cell below it, so the only free cells
         below it now are the movers' own, the lowest, which the restore fills first. (A new epoch
-        here made every entry a mover in turn, each batch relocating them all again.)"""
-        blobs = [self.backend.save(e.seq) for e in movers]
+        here made every entry a mover in turn, each batch relocating them all again.) Entries
+        coming from host memory have their blobs in `blobs` (by id) and no cells yet."""
+        if any(id(e) not in blobs for e in movers):
+            self.counters.relocations += 1
+        saved = [blobs[id(e)] if id(e) in blobs else self._save(e.seq, e.tokens) for e in movers]
         for e in movers:
             self.backend.remove(e.seq)
-        self.counters.relocations += 1
         done = 0
         try:
-            for e, blob in zip(movers, blobs):
-                self.backend.restore(e.seq, blob)
+            for e, blob in zip(movers, saved):
+                e.window_from = self._load(e.seq, blob, e.tokens)
                 e.placed = self.epoch
                 done += 1
         finally:
