@@ -195,7 +195,8 @@ def output_matmul(mode: str, reps: int) -> dict[str, tuple[float, float]]:
 def kv_width(mode: str, reps: int) -> dict[str, tuple[float, float]]:
     """cells -> (empty cache, that many cells of another sequence below) medians of a 48-token
     read, for each of WIDTHS (the other sequence grows from one to the next)."""
-    narrow, wide = new_engine(mode=mode, pin=False), new_engine(mode=mode, pin=False)
+    cells = max(WIDTHS) + 1024  # snapshot cells enough to hold the widest filler, on both engines
+    narrow, wide = (new_engine(mode=mode, pin=False, state_cache_tokens=cells) for _ in range(2))
     filler = wide.tokenize("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod. " * 2400)
     tokens = wide.tokenize("The parcel came late and the box was crushed; the customer wants a refund. " * 4)[:48]
     rows = token_rows((0,), 0, tokens)
