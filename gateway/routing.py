@@ -17,10 +17,8 @@ from shared.recent import RecentKeys
 
 
 class PrefixMemory(RecentKeys):
-    """The prefix keys most recently sent to one worker, sized like the worker's snapshot cache:
-    what it probably still holds even if it does not advertise snapshots. A worker keeps a state
-    on its second miss, so sending a repeat where the first went is also what makes it keep the
-    state at all."""
+    """The prefix keys most recently sent to one worker: what it probably holds (in cells or in
+    host memory) before its heartbeats list it, so a repeat goes where the first went."""
 
 
 class Candidate(Loaded, Protocol):

@@ -34,6 +34,7 @@ class Plan:
     """What one batch does with the cache: filled by begin(), done by the engine, closed by end()."""
 
     prefixes: list[list[int]]
+    keys: list[str]  # prefix_key of each prefix, computed once
     work: list[int]  # the working sequence of each job
     reads: list[tuple[int, int, list[int]]] = field(default_factory=list)  # (seq, start, tokens)
     copies: list[tuple[int, int, int]] = field(default_factory=list)  # after the reads: (src, dst, n)

@@ -96,10 +96,10 @@ class SnapshotCache:
         """Match every prefix, move kept prefixes back into order if needed, copy the matches
         into the working sequences and list what is left to read. A warm batch (warmup) is
         neither counted nor kept."""
-        plan = Plan(prefixes=prefixes, work=work, reused=[0] * len(prefixes), warm=warm)
+        plan = Plan(prefixes, [prefix_key(p) for p in prefixes], work, reused=[0] * len(prefixes), warm=warm)
         for e in [e for e in self._entries if not e.pinned and self._clock - e.used > STALE_USES * self.max_entries]:
             self._evict(e)
-        first: dict[tuple[int, ...], int] = {}
+        first: dict[tuple[int, ...], int] = {}  # exact tokens, not keys: a key is a 64-bit hash
         matches: dict[int, tuple[Entry | None, int]] = {}
         for j, prefix in enumerate(prefixes):
             key = tuple(prefix)
@@ -109,7 +109,7 @@ class SnapshotCache:
                 continue
             first[key] = j
             matches[j] = self._match(prefix, self._entries) if self.enabled else (None, 0)
-        blobs = self._unspill(prefixes, matches) if not warm and self.spill.enabled else {}
+        blobs = self._unspill(plan, matches) if not warm and self.spill.enabled else {}
         used = {id(e): e for e, _ in matches.values() if e is not None}
         movers = [e for e in used.values() if not e.pinned]
         if any(e.placed != self.epoch for e in movers):
@@ -154,16 +154,15 @@ class SnapshotCache:
             length = len(plan.prefixes[j])
             if n == length or length < self.min_tokens:
                 continue  # a hit, or too short
-            if not self._seen_before(plan.prefixes[j]) or slots < 1 or length > room:
+            if not self._seen_before(plan.keys[j]) or slots < 1 or length > room:
                 plan.spill.append(j)  # not (yet) worth cells, or no room
                 continue
             plan.admit.append(j)
             slots -= 1
             room -= length
 
-    def _seen_before(self, prefix: list[int]) -> bool:
-        """Note a miss of prefix: may it be kept (missed before, among the last max_entries)?"""
-        key = prefix_key(prefix)
+    def _seen_before(self, key: str) -> bool:
+        """Note a miss of a prefix: may it be kept (missed before, among the last max_entries)?"""
         again = key in self._missed or not self.second_miss
         self._missed.touch(key)
         return again
@@ -175,7 +174,7 @@ class SnapshotCache:
         if plan.warm:
             return
         for j in plan.spill:
-            self.spill.put(prefix_key(plan.prefixes[j]), plan.prefixes[j], lambda: self._save(plan.work[j], plan.prefixes[j]))
+            self.spill.put(plan.keys[j], plan.prefixes[j], lambda: self._save(plan.work[j], plan.prefixes[j]))
         placed = self.epoch  # an eviction below makes the new entries movable too
         self._make_room(len(plan.admit), sum(len(plan.prefixes[j]) for j in plan.admit), plan.protect)
         for j in plan.admit:
@@ -183,7 +182,7 @@ class SnapshotCache:
             seq = self._free.pop()
             self.backend.copy(plan.work[j], seq, len(prefix))
             self._clock += 1
-            self._add(Entry(tokens=list(prefix), seq=seq, key=prefix_key(prefix), used=self._clock, placed=placed))
+            self._add(Entry(tokens=list(prefix), seq=seq, key=plan.keys[j], used=self._clock, placed=placed))
 
     def _make_room(self, entries: int, tokens: int, protect: set[int]) -> bool:
         """Evict least recently used entries (not pinned, not in `protect`) until `entries` more
@@ -195,12 +194,12 @@ class SnapshotCache:
             self._evict(min(victims, key=lambda e: e.used))
         return True
 
-    def _unspill(self, prefixes: list[list[int]], matches: dict[int, tuple[Entry | None, int]]) -> dict[int, Any]:
+    def _unspill(self, plan: Plan, matches: dict[int, tuple[Entry | None, int]]) -> dict[int, Any]:
         """Turn every prefix that no entry holds whole but host memory does into an entry (its
         cells restored by _relocate) and match it; the blobs by id(entry)."""
         blobs: dict[int, Any] = {}
         for j, (_, n) in matches.items():
-            prefix, key = prefixes[j], prefix_key(prefixes[j])
+            prefix, key = plan.prefixes[j], plan.keys[j]
             blob = self.spill.take(key, prefix) if n < len(prefix) else None  # held even if room drops it
             if blob is None or not self._make_room(1, len(prefix), {id(e) for e, _ in matches.values() if e}):
                 continue
@@ -224,9 +223,10 @@ class SnapshotCache:
 
     def clear(self) -> None:
         """Forget every snapshot but the pinned preamble, and host memory's (tests start afresh)."""
-        for e in [e for e in self._entries if not e.pinned]:
-            self._evict(e)
         self.spill.clear()
+        for e in [e for e in self._entries if not e.pinned]:
+            self._forget(e)  # not _evict: nothing to save
+        self.epoch += 1
         self._missed.clear()
 
     def lost_placement(self) -> None:

@@ -27,10 +27,9 @@ class Spilled:
 
 
 class SpillStore:
-    def __init__(self, max_bytes: int, size_of: Callable[[Any], int] = len) -> None:
-        """size_of: a blob's size in the unit of max_bytes (bytes for llama.cpp's ctypes arrays)."""
+    def __init__(self, max_bytes: int) -> None:
+        """A blob's size is its len(): bytes for llama.cpp's ctypes arrays, cells for tests' fakes."""
         self.max_bytes = max(0, max_bytes)
-        self.size_of = size_of
         self.bytes = 0
         self._blobs: OrderedDict[str, Spilled] = OrderedDict()
         self.keys: tuple[str, ...] = ()  # replaced whole, so other threads may read it
@@ -60,7 +59,7 @@ class SpillStore:
         if not self.enabled or key in self._blobs:
             return
         blob = save()
-        size = self.size_of(blob)
+        size = len(blob)
         if size > self.max_bytes:
             return
         while self.bytes + size > self.max_bytes:
