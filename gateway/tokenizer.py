@@ -6,7 +6,8 @@ Question suffixes are tokenized alone (each continues the prefix on a token boun
 ids of a suffix text never depend on the request: they are kept in an LRU, and a questionnaire
 asked of many states costs its tokenizing once. Prefixes (preamble + state) are kept the same
 way, keyed by their whole text, so a state asked about again (the case snapshots serve) is not
-tokenized again either: the same text always gives the same ids."""
+tokenized again either: the same text always gives the same ids. The preamble's own ids are
+computed once (shared/profiles.prefix_encoder), so a new state costs only its own tokenizing."""
 from __future__ import annotations
 
 import asyncio
@@ -15,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache, partial
 from pathlib import Path
 
-from shared.llama import llama, load_model, tokenize
-from shared.profiles import Profile, encode_prefix, encode_suffix, preamble_tokens
+from shared.llama import llama, load_model, tokenize, vocab_contains
+from shared.profiles import Profile, encode_suffix, preamble_tokens, prefix_encoder
 
 SUFFIX_CACHE = 4096  # distinct question texts whose ids are kept (a few hundred KB)
 PREFIX_CACHE = 64  # distinct prefixes whose ids are kept, as int32 arrays (under 3 MB at ctx 8192)
@@ -33,9 +34,10 @@ class Tokenizer:
         self.preamble_tokens = len(preamble_tokens(partial(tokenize, self.vocab), profile))
         self._suffix_ids = lru_cache(maxsize=SUFFIX_CACHE)(
             lambda text: tuple(encode_suffix(partial(tokenize, self.vocab), profile, text)))
+        self.encode_prefix = prefix_encoder(partial(tokenize, self.vocab), profile,
+                                            partial(vocab_contains, self.vocab))
         # The ids of recent prefixes, kept: an lru_cache, whose cache_info() counts the hits.
-        self.prefix_ids = lru_cache(maxsize=PREFIX_CACHE)(
-            lambda text: array("i", encode_prefix(partial(tokenize, self.vocab), profile, text)))
+        self.prefix_ids = lru_cache(maxsize=PREFIX_CACHE)(lambda text: array("i", self.encode_prefix(text)))
 
     def _answer_ids(self, words: tuple[str, ...]) -> list[int]:
         """The first token of each answer word (" Yes" and " yes" are single tokens in Gemma)."""

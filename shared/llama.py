@@ -86,6 +86,22 @@ def tokenize(vocab, text: str, *, add_bos: bool = False, special: bool = False) 
     return list(buf[:n])
 
 
+def vocab_contains(vocab, fragment: bytes) -> bool:
+    """Whether the text of any token holds `fragment`. When none holds the two characters either
+    side of a cut in a text, no token can span that cut, so the two sides tokenize alone
+    (shared/profiles.prefix_encoder). Reads every token once (~0.3 s for Gemma's 262,144)."""
+    lib = llama()
+    buf = ctypes.create_string_buffer(256)
+    for token in range(lib.llama_vocab_n_tokens(vocab)):
+        n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
+        if n < 0:  # a piece longer than the buffer
+            buf = ctypes.create_string_buffer(-n)
+            n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
+        if fragment in buf.raw[:n]:
+            return True
+    return False
+
+
 def set_abort_callback(ctx, callback) -> None:
     """llama_set_abort_callback, which llama-cpp-python does not wrap: while set, llama_decode
     calls `callback` (a lib.ggml_abort_callback, kept alive by the caller) between graph nodes
