@@ -17,8 +17,9 @@ Per mode (each in a child process of its own) it prints
     (as before worker/hidden.py) and stopped at the hidden state, taking turns request by request;
   - a 48-token read while another sequence holds 6,000 or 20,000 cells below it, against an
     empty cache (two engines, taking turns): what a wide KV range costs each read;
-  - the fleet's overhead again, the fleet and an engine in this process taking turns with the
-    same W1 requests, so that the machine's drift falls on both alike.
+  - the fleet's overhead again, the fleet (one client, one kept connection) and an engine in
+    this process taking turns with the same W1 requests, so that the machine's drift falls on
+    both alike, and where the difference goes (HTTP, gateway phases, link, worker).
 Medians of --reps, milliseconds of wall time. Not run by the tests.
 """
 from __future__ import annotations
@@ -35,8 +36,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.engine import NOTHING, alternating, median_ms, model, new_engine
+from bench.engine import alternating, median_ms, model, new_engine
 from bench.request_shapes import one_at_a_time
+from jevfleet.harness.net import KeptConnection
 from jevfleet.harness.fleet import start_fleet
 from loadtest import workloads
 from shared.config import Settings
@@ -140,30 +142,40 @@ def in_fleet(mode: str, reps: int, flags: tuple[str, ...]) -> tuple[float, float
     return statistics.median(r["wall"] for r in rows), statistics.median(r["inference"] for r in rows)
 
 
-def fleet_and_engine(mode: str, reps: int) -> tuple[float, float]:
-    """(fleet wall, engine alone) medians of the same W1 requests, one at a time, the two taking
-    turns: the fleet's overhead (issue 12's first item) without the drift of this machine between
-    two measurements made minutes apart. Both at the defaults; the engine's requests are tokenized
-    untimed, the fleet's wall includes its gateway and one HTTP round trip."""
+TURNS = 40  # W1 requests each way for the overhead: a difference of a few ms needs more than --reps
+
+
+def fleet_and_engine(mode: str, reps: int) -> dict[str, float]:
+    """The fleet's overhead (issue 12's first item): each W1 request sent to a 1-worker fleet by
+    one client on a kept connection, then run by an engine in this process, request by request,
+    so that the machine's drift falls on both alike. Both at the defaults; the engine's requests
+    are tokenized untimed. Medians: the fleet's wall, the engine's, the difference of each pair,
+    and where the difference goes (from Server-Timing): HTTP and the client (wall - total), the
+    gateway's own phases (total - queue - inference - outside), the link both ways and the
+    worker's queue (outside + queue), and the worker's inference - the engine alone."""
     profile, items = model()[0], workloads.load("W1")
     engine = new_engine(mode=mode)
-    for_fleet, for_engine, job = itertools.cycle(items), itertools.cycle(items), []
-
-    def next_job() -> None:
-        item = next(for_engine)
-        job[:] = [make_job(engine, profile, item.state, [item.questions[0]])]
-
+    pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         fleet = start_fleet(Path(tmp), workers=1, extra=["--mode", mode])
+        client = KeptConnection(fleet.url)
         try:
-            cases = [(lambda: one_at_a_time(fleet.url, [next(for_fleet)]), NOTHING),
-                     (lambda: engine.run(job), next_job)]
-            alternating(cases, WARM_RUNS)
-            via_fleet, alone = alternating(cases, reps)
+            for n, item in enumerate(items[:max(reps, TURNS) + WARM_RUNS]):
+                timed = one_at_a_time(fleet.url, [item], client)[0]
+                job = [make_job(engine, profile, item.state, [item.questions[0]])]
+                start = time.perf_counter()
+                engine.run(job)
+                if n >= WARM_RUNS:
+                    pairs.append(dict(timed, alone=(time.perf_counter() - start) * 1000))
         finally:
+            client.close()
             fleet.stop()
     engine.close()
-    return via_fleet.wall, alone.wall
+    parts = {"fleet": lambda p: p["wall"], "alone": lambda p: p["alone"],
+             "difference": lambda p: p["wall"] - p["alone"], "http": lambda p: p["wall"] - p["total"],
+             "gateway": lambda p: p["total"] - p["queue"] - p["inference"] - p["outside"],
+             "link": lambda p: p["outside"] + p["queue"], "worker": lambda p: p["inference"] - p["alone"]}
+    return {name: statistics.median(map(part, pairs)) for name, part in parts.items()}
 
 
 def output_matmul(mode: str, reps: int) -> dict[str, tuple[float, float]]:
@@ -267,11 +279,14 @@ def main() -> None:
     for cells in results[modes[0]]["width"]:
         print(f"{cells + ' cells':<30}" + "".join("{:>26.1f} / {:.1f} ({:.2f}x)".format(
             *results[m]["width"][cells], results[m]["width"][cells][1] / results[m]["width"][cells][0]) for m in modes))
-    print("\nfleet overhead, the fleet and the engine alone taking turns request by request "
-          f"(ms, medians of {args.reps})")
+    turns = max(args.reps, TURNS)
+    print(f"\nfleet overhead, the fleet and the engine alone taking turns request by request (ms, medians of {turns};"
+          "\nfleet - alone: the median of the pairs' differences; then where it goes, medians of each part)")
+    print(f"{'':<16}{'fleet':>8}{'alone':>8}{'fleet - alone':>15}{'http':>8}{'gateway':>9}{'link':>7}{'worker':>8}")
     for m in modes:
-        via_fleet, alone = results[m]["turns"]
-        print(f"{m:<30}{via_fleet:>10.1f} - {alone:.1f} = {via_fleet - alone:+.1f} ms")
+        t = results[m]["turns"]
+        print(f"{m:<16}{t['fleet']:>8.1f}{t['alone']:>8.1f}{t['difference']:>+15.1f}{t['http']:>8.1f}"
+              f"{t['gateway']:>9.1f}{t['link']:>7.1f}{t['worker']:>+8.1f}")
 
 
 if __name__ == "__main__":
