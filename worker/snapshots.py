@@ -17,7 +17,7 @@ kept prefix, tokens appended to a copy of it would land below it. So each entry 
 `epoch` it was placed in, every eviction starts a new epoch, and before a batch extends an entry
 from an older epoch the entries it uses are relocated: saved, removed and restored first-fit (a
 memcpy), as entries from host memory come in. The pinned preamble is read first and never moves;
-the others are saved without it and share its cells again (_save); a partial match needs its
+the others are saved without it and share its cells again (worker/snapshot_moves.py); a partial match needs its
 sliding window (Gemma 3), which a long one may lose (_window_ok).
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import msgspec
 
 from shared.messages import SnapshotStats, prefix_key
 from shared.recent import RecentKeys
+from worker.snapshot_moves import CellMover
 from worker.snapshot_parts import Entry, Plan, SeqBackend, best_match
 from worker.spill import SpillStore
 
@@ -40,6 +41,7 @@ class SnapshotCache:
                  min_tokens: int = MIN_TOKENS, n_swa: int = 0, second_miss: bool = True,
                  spill_bytes: int = 0) -> None:
         self.backend = backend
+        self.moves = CellMover(backend)  # saves and restores, sharing the pinned preamble's cells
         self.max_entries = max(0, min(max_entries, len(seqs)))
         self.max_tokens = max(0, max_tokens)
         self.min_tokens = min_tokens
@@ -174,7 +176,7 @@ class SnapshotCache:
         if plan.warm:
             return
         for j in plan.spill:
-            self.spill.put(plan.keys[j], plan.prefixes[j], lambda: self._save(plan.work[j], plan.prefixes[j]))
+            self.spill.put(plan.keys[j], plan.prefixes[j], lambda: self.moves.save(plan.work[j], plan.prefixes[j]))
         placed = self.epoch  # an eviction below makes the new entries movable too
         self._make_room(len(plan.admit), sum(len(plan.prefixes[j]) for j in plan.admit), plan.protect)
         for j in plan.admit:
@@ -219,7 +221,8 @@ class SnapshotCache:
             raise RuntimeError("the preamble must be pinned first")
         seq = self._free.pop()
         self.backend.copy(work_seq, seq, len(tokens))
-        self._add(Entry(tokens=list(tokens), seq=seq, key=prefix_key(tokens), pinned=True, placed=self.epoch))
+        self.moves.preamble = Entry(tokens=list(tokens), seq=seq, key=prefix_key(tokens), pinned=True, placed=self.epoch)
+        self._add(self.moves.preamble)
 
     def clear(self) -> None:
         """Forget every snapshot but the pinned preamble, and host memory's (tests start afresh)."""
@@ -247,32 +250,9 @@ class SnapshotCache:
         self.keys = tuple(e.key for e in self._entries)
 
     def _evict(self, entry: Entry) -> None:
-        self.spill.put(entry.key, entry.tokens, lambda: self._save(entry.seq, entry.tokens))
+        self.spill.put(entry.key, entry.tokens, lambda: self.moves.save(entry.seq, entry.tokens))
         self._forget(entry)
         self.epoch += 1  # its cells are free now, maybe below other entries
-
-    def _preamble(self, tokens: list[int]) -> tuple[int, int]:
-        """(sequence, length) of the pinned preamble if `tokens` go beyond it, else (-1, 0)."""
-        first = self._entries[0] if self._entries else None
-        n = len(first.tokens) if first and first.pinned else 0
-        return (first.seq, n) if 0 < n < len(tokens) and tokens[:n] == first.tokens else (-1, 0)
-
-    def _save(self, seq: int, tokens: list[int]) -> Any:
-        """The cells of `seq` (holding `tokens`) beyond the pinned preamble, taken out of it: _load
-        shares the preamble's cells again, so fewer cells, the very ones a fresh read uses."""
-        _, base = self._preamble(tokens)
-        if base:
-            self.backend.remove(seq, 0, base)
-        return self.backend.save(seq)
-
-    def _load(self, seq: int, blob: Any, tokens: list[int]) -> int:
-        """Restore what _save saved and share the preamble again; where its window starts."""
-        self.backend.restore(seq, blob)  # first-fit above the preamble's cells, the lowest
-        src, base = self._preamble(tokens)
-        window_from = self.backend.pos_min(seq)  # above base if a long state lost cells: a gap
-        if base:
-            self.backend.copy(src, seq, base)
-        return window_from if window_from > base else 0
 
     def _relocate(self, movers: list[Entry], blobs: dict[int, Any]) -> None:
         """Save every mover, remove them all, restore them: they land first-fit, in order. This
@@ -282,18 +262,12 @@ class SnapshotCache:
         coming from host memory have their blobs in `blobs` (by id) and no cells yet."""
         if any(id(e) not in blobs for e in movers):
             self.counters.relocations += 1
-        saved = [blobs[id(e)] if id(e) in blobs else self._save(e.seq, e.tokens) for e in movers]
-        for e in movers:
-            self.backend.remove(e.seq)
-        done = 0
         try:
-            for e, blob in zip(movers, saved):
-                e.window_from = self._load(e.seq, blob, e.tokens)
-                e.placed = self.epoch
-                done += 1
+            self.moves.relocate(movers, blobs, self.epoch)
         finally:
-            if done < len(movers):  # a failed restore loses the rest, never serves them half,
+            lost = [e for e in movers if e.placed != self.epoch]
+            if lost:  # a failed save or restore loses the rest, never serves them half,
                 self.epoch += 1  # and their cells stay free, maybe below entries in place
-            for e in movers[done:]:
+            for e in lost:
                 self._forget(e)
 

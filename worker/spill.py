@@ -7,7 +7,7 @@ are gone costs a restore (a memcpy: about 2.5 ms for a 540-token prefix) instead
 a second). llama-server keeps a host-memory prompt cache for the same reason (`--cache-ram`).
 
 Invariant: a blob holds exactly the bytes llama.cpp saved for the cells of one prefix beyond the
-pinned preamble (SnapshotCache._save), so restoring it and sharing the preamble's cells again gives
+pinned preamble (worker/snapshot_moves.py), so restoring it and sharing the preamble's cells again gives
 back the cells a fresh read makes, and an answer read from a restored prefix equals a fresh read's
 (tests/test_snapshots.py). Blobs are looked up by the key of the whole prefix only: the same state
 again, with other questions.
