@@ -213,6 +213,35 @@ def test_after_an_eviction_each_entry_moves_once_not_at_every_batch():
     assert cache.stats().relocations - before == 3  # [2], [3], [2, 4]: each moved once
 
 
+@pytest.mark.parametrize("failing", [1, 2], ids=["eviction", "relocation"])
+def test_a_save_that_fails_leaves_no_entry_without_its_cells(failing):
+    """A save that raises (llama.cpp out of memory) while a batch evicts or relocates must not
+    leave an entry whose cells are gone: save takes the preamble's positions out first, and an
+    entry coming from host memory in the same batch has no cells yet. Every entry left holds its
+    prefix, and the next batch is served right."""
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=4, spill=1000)  # the preamble and three states
+    for k in (1, 2, 3, 4):  # state 4 evicts state 1 to host memory: states 2-4 out of order
+        run_batch(cache, cells, [state(k)])
+    real_save, calls = cells.save, []
+
+    def save_failing_once(seq: int):
+        calls.append(seq)
+        if len(calls) == failing:  # 1: evicting state 3 to make room for state 1, 2: moving state 2
+            raise RuntimeError("llama_state_seq_get_data failed")
+        return real_save(seq)
+
+    cells.save = save_failing_once
+    with pytest.raises(RuntimeError):
+        run_batch(cache, cells, [state(2), state(1)])
+    for seq in range(2):
+        cells.remove(seq)  # what the engine does with its working sequences after a failed batch
+    for e in cache.entries:
+        assert cells.tokens(e.seq) == e.tokens
+    plan = run_batch(cache, cells, [state(2), state(1), state(3)])
+    assert len(plan.reused) == 3 and all(cells.tokens(e.seq) == e.tokens for e in cache.entries)
+
+
 def test_out_of_order_placement_is_caught_by_the_fake():
     """The hazard the epochs exist for: without relocation, the suffix of a request whose
     snapshot lies above a hole would be placed below it."""

@@ -250,9 +250,13 @@ class SnapshotCache:
         self.keys = tuple(e.key for e in self._entries)
 
     def _evict(self, entry: Entry) -> None:
-        self.spill.put(entry.key, entry.tokens, lambda: self.moves.save(entry.seq, entry.tokens))
-        self._forget(entry)
-        self.epoch += 1  # its cells are free now, maybe below other entries
+        """Save to host memory and forget; forgotten also if the save raises (it may have taken
+        the preamble's positions out already)."""
+        try:
+            self.spill.put(entry.key, entry.tokens, lambda: self.moves.save(entry.seq, entry.tokens))
+        finally:
+            self._forget(entry)
+            self.epoch += 1  # its cells are free now, maybe below other entries
 
     def _relocate(self, movers: list[Entry], blobs: dict[int, Any]) -> None:
         """Save every mover, remove them all, restore them: they land first-fit, in order. This
