@@ -155,6 +155,14 @@ def part_snapshots(reps: int) -> list[Row]:
              ("2 snapshots", "  warm cache (state kept): faster by", f"{warm} = {none.times(warm)}"),
              ("2 snapshots", "  warm, the snapshot relocated first", f"{moved}, {moved - warm} more"),
              ("2 snapshots", "4 requests x 1 question: no cache / warm", f"{none4} / {warm4} = {none4.times(warm4)}")]
+    # what a move costs, in its two halves: saving a kept state's cells beyond the preamble (to
+    # host memory, or before a relocation) and restoring them first-fit with the preamble shared
+    moves, entry, blobs = cached.cache.moves, next(e for e in cached.cache.entries if not e.pinned), []
+    saved, restored = alternating([(lambda: blobs.append(moves.save(entry.seq, entry.tokens)), NOTHING),
+                                   (lambda: moves.load(entry.seq, blobs[-1], entry.tokens), NOTHING)], reps)
+    beyond = len(entry.tokens) - len(cached.cache.entries[0].tokens)
+    rows.append(("2 snapshots", f"save / restore a kept state ({beyond} tokens beyond the preamble)",
+                 f"{saved} / {restored}, {len(blobs[-1]) / 2**20:.1f} MB saved"))
     s = cached.cache.stats()
     rows += [("2 snapshots", "counters after the runs",
               f"hits {s.hits} misses {s.misses} reused {s.reused_tokens} relocations {s.relocations}")]
