@@ -89,7 +89,7 @@ def tokenize(vocab, text: str, *, add_bos: bool = False, special: bool = False) 
 def vocab_contains(vocab, fragment: bytes) -> bool:
     """Whether the text of any token holds `fragment`. When none holds the two characters either
     side of a cut in a text, no token can span that cut, so the two sides tokenize alone
-    (shared/profiles.prefix_encoder). Reads every token once (~0.3 s for Gemma's 262,144)."""
+    (shared/profiles.prefix_encoder). Reads every token once (~0.8 s for Gemma's 262,144, at start)."""
     lib = llama()
     buf = ctypes.create_string_buffer(256)
     for token in range(lib.llama_vocab_n_tokens(vocab)):

@@ -17,8 +17,8 @@ kept prefix, tokens appended to a copy of it would land below it. So each entry 
 `epoch` it was placed in, every eviction starts a new epoch, and before a batch extends an entry
 from an older epoch the entries it uses are relocated: saved, removed and restored first-fit (a
 memcpy), as entries from host memory come in. The pinned preamble is read first and never moves;
-the others are saved without it and share its cells again (worker/snapshot_moves.py); a partial match needs its
-sliding window (Gemma 3), which a long one may lose (_window_ok).
+the others are saved without it and share its cells again (worker/snapshot_moves.py); a partial
+match needs its sliding window (Gemma 3), which a long one may lose (_window_ok).
 """
 from __future__ import annotations
 
@@ -221,8 +221,9 @@ class SnapshotCache:
             raise RuntimeError("the preamble must be pinned first")
         seq = self._free.pop()
         self.backend.copy(work_seq, seq, len(tokens))
-        self.moves.preamble = Entry(tokens=list(tokens), seq=seq, key=prefix_key(tokens), pinned=True, placed=self.epoch)
-        self._add(self.moves.preamble)
+        preamble = Entry(tokens=list(tokens), seq=seq, key=prefix_key(tokens), pinned=True, placed=self.epoch)
+        self.moves.preamble = preamble
+        self._add(preamble)
 
     def clear(self) -> None:
         """Forget every snapshot but the pinned preamble, and host memory's (tests start afresh)."""
