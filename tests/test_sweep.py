@@ -27,7 +27,8 @@ def test_durations_and_lists_parse_or_are_refused():
     assert [seconds(t) for t in ("60s", "2m", "1m30s", "45", "1h")] == [60, 120, 90, 45, 3600]
     assert user_counts("1,2, 4,16") == [1, 2, 4, 16]
     assert target_list("both") == ["jevfleet", "llama-cpp-python"]
-    assert target_list("all") == ["jevfleet", "jevfleet-fast", "jevfleet-per-core", "llama-cpp-python", "llama-server"]
+    assert target_list("all") == ["jevfleet", "jevfleet-fast", "jevfleet-per-core", "jevfleet-big-cells",
+                                  "llama-cpp-python", "llama-server"]
     assert target_list("llama-server,jevfleet,jevfleet") == ["llama-server", "jevfleet"]
     assert workload_list("W1,W3") == ["W1", "W3"]
     assert workload_list("W4") == ["W4"]
