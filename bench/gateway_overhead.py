@@ -1,5 +1,7 @@
 """Gateway-side overhead of one decision request: the Server-Timing phases parse, validate,
-tokenize and respond (p50/p99), for a short request and for a 1024-question request.
+tokenize and respond (p50/p99), for a short request (the same one again, so its ids come from the
+gateway's caches, and one with a new state each time, which is tokenized) and for a 1024-question
+request.
 
 By default it starts a real gateway process (`jevfleet gateway`) with a worker that answers
 every job at once (bench/instant_worker.py), so the figures are the gateway's own work without
@@ -11,16 +13,14 @@ samples for the 1024-question request, each costs seconds of inference).
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from bench.instant_worker import start_gateway
-from jevfleet.harness.net import server_timing
+from jevfleet.harness.net import KeptConnection, server_timing
 from jevfleet.harness.stats import percentile
 
 GATEWAY_PHASES = ("parse", "validate", "tokenize", "respond")
@@ -34,25 +34,29 @@ LARGE = {**SHORT, "questions": {f"q{i:04d}": {"type": "noul", "instructions": f"
                                 for i in range(1024)}}
 
 
-def measure(url: str, body: dict, n: int) -> list[dict[str, float]]:
-    """Server-Timing phases (ms) of n sequential requests, plus the client's round trip."""
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
-    raw = json.dumps(body).encode()
+def new_states(n: int) -> list[dict]:
+    """n short requests whose states differ (a number in the text), so none is in the gateway's
+    prefix-id cache: each is tokenized, as an unseen state is."""
+    return [{**SHORT, "state": f"Order {i}: I was charged twice for the same order."} for i in range(n)]
+
+
+def measure(url: str, bodies: list[dict]) -> list[dict[str, float]]:
+    """Server-Timing phases (ms) of the bodies sent in turn on one connection, plus the client's
+    round trip."""
+    client = KeptConnection(url, timeout=600)
+    raws = [json.dumps(body).encode() for body in bodies]
     samples = []
-    for _ in range(n):
+    for raw in raws:
         start = time.perf_counter()
-        conn.request("POST", "/v1/systemone", body=raw, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        resp.read()
+        status, headers, _ = client.post("/v1/systemone", raw)
         round_trip = (time.perf_counter() - start) * 1000
-        if resp.status != 200:
-            raise RuntimeError(f"status {resp.status}")
-        phases = server_timing(resp.headers)
+        if status != 200:
+            raise RuntimeError(f"status {status}")
+        phases = server_timing(headers)
         phases["overhead"] = sum(phases[p] for p in GATEWAY_PHASES)
         phases["round trip"] = round_trip
         samples.append(phases)
-    conn.close()
+    client.close()
     return samples
 
 
@@ -70,8 +74,9 @@ def table(results: dict[str, list[dict[str, float]]]) -> str:
 
 
 def run(url: str, short: int, large: int) -> None:
-    measure(url, SHORT, 3)  # warm connections, caches and the tokenizer pool
-    results = {"short": measure(url, SHORT, short), "1024 q": measure(url, LARGE, large)}
+    measure(url, [SHORT] * 3)  # warm connections, caches and the tokenizer pool
+    results = {"short": measure(url, [SHORT] * short), "short, new": measure(url, new_states(short)),
+               "1024 q": measure(url, [LARGE] * large)}
     print(table(results))
     print("overhead = parse + validate + tokenize + respond (gateway work, from Server-Timing)")
 

@@ -260,11 +260,11 @@ class SnapshotCache:
             self.epoch += 1  # its cells are free now, maybe below other entries
 
     def _relocate(self, movers: list[Entry], blobs: dict[int, Any]) -> None:
-        """Save every mover, remove them all, restore them: they land first-fit, in order. This
-        starts no new epoch: an entry in place had no free cell below it, so the only free cells
-        below it now are the movers' own, the lowest, which the restore fills first. (A new epoch
-        here made every entry a mover in turn, each batch relocating them all again.) Entries
-        coming from host memory have their blobs in `blobs` (by id) and no cells yet."""
+        """Move `movers` back into cell order (CellMover.relocate; entries from host memory have
+        their blobs in `blobs`). This starts no new epoch: an entry in place had no free cell
+        below it, so the only free cells below it now are the movers' own, the lowest, which the
+        restore fills first. (A new epoch here made every entry a mover in turn, each batch
+        relocating them all again.)"""
         if any(id(e) not in blobs for e in movers):
             self.counters.relocations += 1
         try:

@@ -59,10 +59,15 @@ class KeptConnection:
         parts = urlsplit(url)
         self._conn = HTTPConnection(parts.hostname, parts.port, timeout=timeout)
 
-    def post_json(self, path: str, payload: object) -> tuple[int, dict[str, str], object]:
-        self._conn.request("POST", path, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+    def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        """POST a JSON body already encoded: (status, headers, the body's bytes)."""
+        self._conn.request("POST", path, body, {"Content-Type": "application/json"})
         resp = self._conn.getresponse()
-        return resp.status, dict(resp.headers), json.loads(resp.read())
+        return resp.status, dict(resp.headers), resp.read()
+
+    def post_json(self, path: str, payload: object) -> tuple[int, dict[str, str], object]:
+        status, headers, raw = self.post(path, json.dumps(payload).encode())
+        return status, headers, json.loads(raw)
 
     def close(self) -> None:
         self._conn.close()
