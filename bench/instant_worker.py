@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -26,18 +27,34 @@ from jevfleet.harness.fleet import wait_healthy
 from jevfleet.harness.net import free_port
 from jevfleet.harness.processes import stop_processes
 from jevfleet.harness.scripted_worker import ScriptedWorker
-from shared.config import PROJECT_ROOT, Settings
+from shared.config import PROJECT_ROOT, Settings, load_settings
+from shared.llama import llama, load_model, tokenize
+from shared.model_files import file_sha256, resolve_model
+from shared.profiles import load_profile
+from shared.serving import serving_facts
 
 HEARTBEAT_S = Settings.model_fields["heartbeat_s"].default  # the fleet's default heartbeat period
 
 
+def configured_facts() -> dict[str, str]:
+    """What a real worker at the configured settings states (shared/serving.py): the gateway
+    admits only workers that serve its model, profile and mode."""
+    settings = load_settings()
+    profile = load_profile(settings.profile)
+    model_file = resolve_model(profile, settings.cache_path, settings.model)
+    vocab = llama().llama_model_get_vocab(load_model(model_file, vocab_only=True))
+    return serving_facts(profile=profile, model_sha256=file_sha256(model_file), mode=settings.mode,
+                         tokenize=partial(tokenize, vocab))
+
+
 async def serve(endpoint: str, workers: int, prefix: str) -> None:
+    serves = configured_facts()
     ctx = zmq.asyncio.Context()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    fleet = [ScriptedWorker(ctx, endpoint, f"{prefix}w{n:03d}", pid=os.getpid(), cores=(0,)) for n in range(workers)]
+    fleet = [ScriptedWorker(ctx, endpoint, f"{prefix}w{n:03d}", pid=os.getpid(), cores=(0,), serves=serves) for n in range(workers)]
     for worker in fleet:
         await worker.start(beat_s=HEARTBEAT_S)
     tasks = [asyncio.create_task(w.answer_every_score()) for w in fleet]
