@@ -5,7 +5,8 @@
 Prints one table, every figure measured in this run. Parts that need a process of their own
 (a first request after loading, memory, fast mode) run in a child process. Times are medians
 of --reps repetitions, in milliseconds of wall time with the process's CPU time beside them;
-the requests come from bench/workloads.json (copies of the project's W2/W3 decision workloads).
+the requests come from bench/workloads.json (copies of the project's W2/W3 decision workloads)
+and, for the long requests of part 6, from loadtest/workloads.py.
 Not run by the tests.
 """
 from __future__ import annotations
@@ -24,11 +25,13 @@ from typing import Any, Callable
 
 import psutil
 
+from gateway import pipeline
 from gateway.answers import sigmoid
 from jevfleet.harness.engine import model_of, new_engine as harness_engine
 from shared.config import load_settings
 from shared.messages import Result, Score
-from shared.profiles import Profile
+from loadtest import workloads
+from shared.profiles import Profile, encode_prefix, encode_suffix
 from worker.engine import Engine, Job
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IdleWarmup, make_job, startup_warmup
@@ -291,6 +294,54 @@ def part_mode(mode: str, reps: int) -> list[Row]:
             ("5 modes", f"{mode}: largest P(yes) change across paths", path_deviation(engine, profile))]
 
 
+
+def part_rates(reps: int) -> list[Row]:
+    """Issue 12's long-request target, both modes in this process taking turns (so drift falls
+    on both alike): ms per token read by a 384-token read, by 128 yes/no questions on one W2
+    state and by a 255-option choice (W4's), each from an empty cache; then each long request's
+    deterministic rate as a share of fast mode's long read (the target is 0.9 or more)."""
+    profile, _ = model()
+    engines = {mode: new_engine(mode=mode) for mode in ("deterministic", "fast")}
+    questions = list(dict.fromkeys(q for item in workloads.load("W1") for q in item.questions))[:128]
+    choice = next(item for item in workloads.load("W4") if item.options)
+    shapes = {"384-token read": lambda e: sized_job(e, profile, 384, 7),
+              "128 questions": lambda e: make_job(e, profile, WORKLOADS["W2"][3]["state"], questions),
+              f"{len(choice.options)} options": lambda e: body_job(e, profile, workloads.decision_body(choice))}
+    per_token: dict[tuple[str, str], float] = {}
+    for shape, build in shapes.items():
+        cases, read = [], {}
+        for mode, engine in engines.items():
+            job: list[Job] = []
+
+            def run(mode: str = mode, engine: Engine = engine, job: list[Job] = job) -> None:
+                read[mode] = engine.run(job)
+
+            def before(engine: Engine = engine, job: list[Job] = job) -> None:
+                engine.cache.clear()
+                job[:] = [build(engine)]
+            cases.append((run, before))
+        alternating(cases, 1)  # shapes and pages once, untimed
+        for mode, took in zip(engines, alternating(cases, reps)):
+            per_token[mode, shape] = took.wall / read[mode]
+    for engine in engines.values():
+        engine.close()
+    rows = [("6 rates", f"{mode}: ms per token read, " + " / ".join(shapes),
+             " / ".join(f"{per_token[mode, shape]:.2f}" for shape in shapes)) for mode in engines]
+    long_read = per_token["fast", next(iter(shapes))]
+    rows.append(("6 rates", "deterministic's rate / fast's 384-token read, " + " / ".join(shapes),
+                 " / ".join(f"{long_read / per_token['deterministic', shape]:.2f}" for shape in shapes)))
+    return rows
+
+
+def body_job(engine: Engine, profile: Profile, body: dict) -> Job:
+    """Any decision request body (a choice too) rendered as the gateway renders it and tokenized
+    as make_job tokenizes."""
+    rendered = pipeline.prepare(body, profile).rendered
+    answers = make_job(engine, profile, "", [])  # for its yes and no ids
+    return Job(prefix=encode_prefix(engine.tokenize, profile, rendered.prefix),
+               suffixes=[encode_suffix(engine.tokenize, profile, text) for text in rendered.suffixes],
+               yes_ids=answers.yes_ids, no_ids=answers.no_ids)
+
 def path_deviation(engine: Engine, profile: Profile) -> str:
     """The same questions answered from a fresh read (no snapshots at all), then cold, warm and
     inside batches on `engine`: the largest difference in P(yes) from the fresh read."""
@@ -326,6 +377,7 @@ PARTS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "memory-cache": lambda a: part_memory(True, 4 if a.quick else 16),
     "mode-deterministic": lambda a: part_mode("deterministic", a.reps),
     "mode-fast": lambda a: part_mode("fast", a.reps),
+    "rates": lambda a: part_rates(a.reps),
 }
 
 
