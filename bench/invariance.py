@@ -1,13 +1,16 @@
 """Which micro-batch shapes give a token row the same logits wherever it sits in a micro-batch.
 
     make bench-invariance          # every configuration of CONFIGS, one child process each
-    python -m bench.invariance --one [--repack 0|1] [--tiled 0|1] [--shapes 8,12,48] [--trials N]
+    python -m bench.invariance --one [--repack 0|1] [--tiled 0|1] [--shapes 8,12,48] [--trials N] [--shift]
 
 One process per configuration (ggml reads GGML_CPU_TILED_MM once). A target sequence of tokens
 is decoded again and again, each time cut differently and mixed with rows of other sequences so
 that its rows land at other places in micro-batches whose sizes are drawn from --shapes; the
 logits of its last token (the whole vocabulary row) must match the first run bit for bit. Prints
 how many layouts differed and by how much, and the time of a 384-token read in those shapes.
+With --shift every trial cuts the target alike (trial 0's layout) and only where its cells sit
+moves: trial k first fills k cells with another sequence, so the target's cells start k cells
+further on and its rows keep their places in the micro-batches.
 Not run by the tests; docs/architecture.md says what it found.
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 # (repack, tiled, shapes): the deterministic mode's rule (multiples of 4, 8..60), the old
 # deterministic mode (no repacking, no tiled matmul), and shapes that break each kernel's rule
 CONFIGS = [(1, 1, "8,12,20,28,36,44,52,60"), (1, 1, "60,8,12"), (1, 1, "16,32,48"), (0, 0, "32"),
-           (1, 1, "5,7,13,30"), (1, 1, "8,4"), (1, 1, "64")]
+           (1, 1, "5,7,13,30"), (1, 1, "8,4"), (1, 1, "64"), (1, 1, "60", "--shift"), (1, 1, "64", "--shift")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,13 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shift", action="store_true", help="same layout each trial, the cells moved instead")
     args = parser.parse_args(argv)
     if not args.one:
         print(f"# python -m bench.invariance (load {os.getloadavg()[0]:.1f})", flush=True)
-        for repack, tiled, shapes in CONFIGS:
+        for repack, tiled, shapes, *shift in CONFIGS:
             subprocess.run([sys.executable, "-m", "bench.invariance", "--one", "--repack", str(repack), "--tiled",
                             str(tiled), "--shapes", shapes, "--trials", str(args.trials), "--threads",
-                            str(args.threads)], check=True)
+                            str(args.threads), *shift], check=True)
         return 0
     os.environ["GGML_CPU_TILED_MM"] = str(args.tiled)
     import llama_cpp as lib
@@ -113,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     for trial in range(args.trials):
         lib.llama_memory_clear(mem, True)
         got = None
-        for rows in layout(trial):
+        if args.shift and trial:  # `trial` cells of another sequence below the target's (their shape does not matter)
+            decode([(5, p, 6, False) for p in range(trial)])
+        for rows in layout(0 if args.shift else trial):
             logits = decode(rows)
             got = logits if logits is not None else got
         results.append(got)
@@ -133,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += [(5, p, 1, False) for p in range(size - len(rows))]
             decode(rows)
         times.append((time.perf_counter() - t) * 1000)
-    print(f"repack={args.repack} tiled={args.tiled} shapes={args.shapes}: "
+    print(f"repack={args.repack} tiled={args.tiled} shapes={args.shapes}{' shifted' if args.shift else ''}: "
           f"{differed}/{args.trials - 1} layouts differ (largest logit gap {worst:.3g}); "
           f"384-token read in {size}-row pieces {min(times):.0f} ms (load {os.getloadavg()[0]:.1f})")
     return 0
