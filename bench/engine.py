@@ -28,9 +28,9 @@ import psutil
 from gateway import pipeline
 from gateway.answers import sigmoid
 from jevfleet.harness.engine import model_of, new_engine as harness_engine
+from loadtest import workloads
 from shared.config import load_settings
 from shared.messages import Result, Score
-from loadtest import workloads
 from shared.profiles import Profile, encode_prefix, encode_suffix
 from worker.engine import Engine, Job
 from worker.scheduler import Pending, Scheduler
@@ -294,7 +294,6 @@ def part_mode(mode: str, reps: int) -> list[Row]:
             ("5 modes", f"{mode}: largest P(yes) change across paths", path_deviation(engine, profile))]
 
 
-
 def part_rates(reps: int) -> list[Row]:
     """Issue 12's long-request target, both modes in this process taking turns (so drift falls
     on both alike): ms per token read by a 384-token read, by 128 yes/no questions on one W2
@@ -341,6 +340,7 @@ def body_job(engine: Engine, profile: Profile, body: dict) -> Job:
     return Job(prefix=encode_prefix(engine.tokenize, profile, rendered.prefix),
                suffixes=[encode_suffix(engine.tokenize, profile, text) for text in rendered.suffixes],
                yes_ids=answers.yes_ids, no_ids=answers.no_ids)
+
 
 def path_deviation(engine: Engine, profile: Profile) -> str:
     """The same questions answered from a fresh read (no snapshots at all), then cold, warm and

@@ -25,8 +25,9 @@ import time
 import numpy as np
 
 
-# (repack, tiled, shapes): the deterministic mode's rule (multiples of 4, 8..60), the old
-# deterministic mode (no repacking, no tiled matmul), and shapes that break each kernel's rule
+# (repack, tiled, shapes[, "--shift"]): the deterministic mode's rule (multiples of 4, 8..60), the
+# old deterministic mode (no repacking, no tiled matmul), shapes that break each kernel's rule, and
+# the target's cells moved under 60-row and 64-row micro-batches
 CONFIGS = [(1, 1, "8,12,20,28,36,44,52,60"), (1, 1, "60,8,12"), (1, 1, "16,32,48"), (0, 0, "32"),
            (1, 1, "5,7,13,30"), (1, 1, "8,4"), (1, 1, "64"), (1, 1, "60", "--shift"), (1, 1, "64", "--shift")]
 
