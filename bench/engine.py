@@ -31,10 +31,10 @@ from jevfleet.harness.engine import model_of, new_engine as harness_engine
 from loadtest import workloads
 from shared.config import load_settings
 from shared.messages import Result, Score
-from shared.profiles import Profile, encode_prefix, encode_suffix
+from shared.profiles import Profile
 from worker.engine import Engine, Job
 from worker.scheduler import Pending, Scheduler
-from worker.warmup import IdleWarmup, make_job, startup_warmup
+from worker.warmup import IdleWarmup, make_job, rendered_job, startup_warmup
 
 WORKLOADS = json.loads((Path(__file__).with_name("workloads.json")).read_text())
 Row = tuple[str, str, str]  # (part, what, figure)
@@ -333,13 +333,9 @@ def part_rates(reps: int) -> list[Row]:
 
 
 def body_job(engine: Engine, profile: Profile, body: dict) -> Job:
-    """Any decision request body (a choice too) rendered as the gateway renders it and tokenized
-    as make_job tokenizes."""
+    """Any decision request body (a choice too) rendered as the gateway renders it."""
     rendered = pipeline.prepare(body, profile).rendered
-    answers = make_job(engine, profile, "", [])  # for its yes and no ids
-    return Job(prefix=encode_prefix(engine.tokenize, profile, rendered.prefix),
-               suffixes=[encode_suffix(engine.tokenize, profile, text) for text in rendered.suffixes],
-               yes_ids=answers.yes_ids, no_ids=answers.no_ids)
+    return rendered_job(engine, profile, rendered.prefix, rendered.suffixes)
 
 
 def path_deviation(engine: Engine, profile: Profile) -> str:

@@ -21,11 +21,17 @@ WARM_ROWS = 60  # longest warm call: every deterministic-mode shape; fast mode's
 def make_job(engine: Engine, profile: Profile, state: str, questions: list[str]) -> Job:
     """A request rendered and tokenized the way the gateway does it (plain-text state, yes/no
     questions): for warmup, tests and benchmarks."""
-    prefix = encode_prefix(engine.tokenize, profile, profile.preamble + profile.prefix.format(state=state))
-    suffixes = [encode_suffix(engine.tokenize, profile, profile.suffix.format(question=q)) for q in questions]
+    return rendered_job(engine, profile, profile.preamble + profile.prefix.format(state=state),
+                        [profile.suffix.format(question=q) for q in questions])
+
+
+def rendered_job(engine: Engine, profile: Profile, prefix: str, suffixes: list[str]) -> Job:
+    """A job from prompt texts already rendered (gateway/prompts.py's Rendered: any request,
+    a choice too), tokenized as the gateway tokenizes them."""
     yes = sorted({engine.tokenize(w)[0] for w in profile.yes})
     no = sorted({engine.tokenize(w)[0] for w in profile.no})
-    return Job(prefix=prefix, suffixes=suffixes, yes_ids=yes, no_ids=no)
+    return Job(prefix=encode_prefix(engine.tokenize, profile, prefix),
+               suffixes=[encode_suffix(engine.tokenize, profile, text) for text in suffixes], yes_ids=yes, no_ids=no)
 
 
 def startup_warmup(engine: Engine, profile: Profile) -> None:
