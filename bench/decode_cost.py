@@ -17,6 +17,9 @@ Per mode (each in a child process of its own) it prints
     (as before worker/hidden.py) and stopped at the hidden state, taking turns request by request;
   - a 48-token read while another sequence holds 6,000 or 20,000 cells below it, against an
     empty cache (two engines, taking turns): what a wide KV range costs each read;
+  - a 60-row read with nothing before it, after a 540-token state in its sequence, and as six
+    10-row questions on one shared 540-token state (taking turns): what attending to a state
+    costs each row, and what spreading the rows over sequences costs;
   - the fleet's overhead again, the fleet (one client, one kept connection) and an engine in
     this process taking turns with the same W1 requests, so that the machine's drift falls on
     both alike, and where the difference goes (HTTP, gateway phases, link, worker).
@@ -50,6 +53,7 @@ SHAPES = ((2,), (16,), (48,), (16, 16, 16))
 DEFAULTS = Settings()
 DEFAULT_CACHE = (DEFAULTS.ctx, DEFAULTS.state_cache_tokens)  # (ctx, snapshot tokens) of a default worker
 WIDTHS = (6000, 20000)  # cells of another sequence below a read (kv_width)
+STATE_TOKENS, QUESTIONS = 540, 6  # context_cost: a W2-sized state, and questions of 10 rows on it
 CACHES = ((2048, 600), (2048, DEFAULT_CACHE[1]), (8192, 600), DEFAULT_CACHE)
 DEFAULT_NAME = "ctx {}, snapshots {}".format(*DEFAULT_CACHE)
 
@@ -228,10 +232,40 @@ def kv_width(mode: str, reps: int) -> dict[str, tuple[float, float]]:
     return out
 
 
+def context_cost(mode: str, reps: int) -> dict[str, float]:
+    """case -> median ms of the same 60 rows read with no context, after a state in their own
+    sequence, and as QUESTIONS sequences of 60 / QUESTIONS rows sharing that state."""
+    engine = new_engine(mode=mode, pin=False)
+    tokens = engine.tokenize("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod. " * 60)
+    state, rows = tokens[:STATE_TOKENS], tokens[STATE_TOKENS:STATE_TOKENS + 60]
+    seqs, per = tuple(range(1, QUESTIONS + 1)), 60 // QUESTIONS
+
+    def fresh(state_seqs: tuple[int, ...]) -> Callable[[], object]:
+        def before() -> None:
+            for seq in (0, *seqs):
+                engine.remove(seq)
+            if state_seqs:
+                engine._read(token_rows(state_seqs, 0, state), None)
+        return before
+
+    at = len(state)
+    cases = {"no context": (lambda: engine._read(token_rows((0,), 0, rows), None), fresh(())),
+             f"after a {at}-token state": (lambda: engine._read(token_rows((0,), at, rows), None), fresh((0,))),
+             f"{QUESTIONS} x {per} rows on that state": (
+                 lambda: engine._read([r for k, seq in enumerate(seqs)
+                                       for r in token_rows((seq,), at, rows[k * per:(k + 1) * per])], None),
+                 fresh(seqs))}
+    alternating(list(cases.values()), WARM_RUNS)
+    out = {name: took.wall for name, took in zip(cases, alternating(list(cases.values()), reps))}
+    engine.close()
+    return out
+
+
 def child(mode: str, reps: int) -> None:
     print(json.dumps({"calls": calls(mode, reps), "requests": requests(mode, reps),
                       "threads": other_thread(mode, reps), "outputs": output_matmul(mode, reps),
-                      "width": kv_width(mode, reps), "turns": fleet_and_engine(mode, reps)}))
+                      "width": kv_width(mode, reps), "context": context_cost(mode, reps),
+                      "turns": fleet_and_engine(mode, reps)}))
 
 
 def main() -> None:
@@ -280,6 +314,10 @@ def main() -> None:
     for cells in results[modes[0]]["width"]:
         print(f"{cells + ' cells':<30}" + "".join("{:>26.1f} / {:.1f} ({:.2f}x)".format(
             *results[m]["width"][cells], results[m]["width"][cells][1] / results[m]["width"][cells][0]) for m in modes))
+    print(f"\nthe same 60 rows read after nothing, after a state, as questions on a shared state (ms, median of {args.reps})")
+    print(f"{'':<30}" + "".join(f"{m:>16}" for m in modes))
+    for case in results[modes[0]]["context"]:
+        print(f"{case:<30}" + "".join(f"{results[m]['context'][case]:>16.1f}" for m in modes))
     turns = max(args.reps, TURNS)
     print(f"\nfleet overhead, the fleet and the engine alone taking turns request by request (ms, medians of {turns};"
           "\nfleet - alone: the median of the pairs' differences; then where it goes, medians of each part)")
