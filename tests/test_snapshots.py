@@ -16,6 +16,7 @@ from tests.fake_cells import FakeCells, OutOfOrder, run_batch
 from tests.kv_layout import in_position_order
 from worker.engine import Engine
 from shared.messages import common_prefix
+from worker.snapshot_parts import Placement
 from worker.snapshots import SnapshotCache
 
 PREAMBLE = list(range(1000, 1040))  # 40 tokens every prompt starts with
@@ -247,7 +248,12 @@ def test_out_of_order_placement_is_caught_by_the_fake():
     snapshot lies above a hole would be placed below it."""
     cells = FakeCells(4000)
     cache = make_cache(cells, entries=3)
-    cache._relocate = lambda movers, blobs: None  # what the cache would do without relocation
+
+    def believe_in_place(movers):  # what the cache would do without relocation
+        for e in movers:
+            e.state = Placement.IN_CELLS
+
+    cache._relocate = believe_in_place
     run_batch(cache, cells, [state(1)])
     run_batch(cache, cells, [state(2)])
     run_batch(cache, cells, [state(3)])  # evicts 1: a hole below 2

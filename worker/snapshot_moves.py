@@ -1,5 +1,6 @@
 """Moving a kept prefix's cells: saving them out of the context (to host memory, or before a
-relocation) and restoring them first-fit, next to the pinned preamble.
+relocation) and restoring them first-fit, next to the pinned preamble. It reads entries and moves
+cells; only the cache (worker/snapshots.py) records an entry's placement.
 
 Invariant: a saved blob holds only the positions beyond the pinned preamble. Every kept prefix
 starts with the preamble, whose cells are the lowest and never move; a restore shares them again
@@ -43,13 +44,11 @@ class CellMover:
             self.backend.copy(src, seq, base)
         return window_from if window_from > base else 0
 
-    def relocate(self, movers: list[Entry], blobs: dict[int, Any], epoch: int) -> None:
-        """Save every mover (one from host memory has its blob in `blobs`, by id, and no cells),
-        remove them all, restore them in order: they land first-fit. Each one restored is marked
-        placed in `epoch`; if a save or a restore raises, the rest stay unmarked."""
-        saved = [blobs[id(e)] if id(e) in blobs else self.save(e.seq, e.tokens) for e in movers]
-        for e in movers:
+    def take_out(self, entries: list[Entry]) -> list[Any]:
+        """Save the cells of every entry, then remove them all, so that restoring them in order
+        afterwards (load) puts them first-fit into the lowest free cells, their own among them.
+        Returns the blobs in order; it changes no entry (the cache records where each one is)."""
+        blobs = [self.save(e.seq, e.tokens) for e in entries]
+        for e in entries:
             self.backend.remove(e.seq)
-        for e, blob in zip(movers, saved):
-            e.window_from = self.load(e.seq, blob, e.tokens)
-            e.placed = epoch
+        return blobs
