@@ -243,6 +243,75 @@ def test_a_save_that_fails_leaves_no_entry_without_its_cells(failing):
     assert len(plan.reused) == 3 and all(cells.tokens(e.seq) == e.tokens for e in cache.entries)
 
 
+@pytest.mark.parametrize("failing", ["save", "restore"])
+def test_a_failed_move_forgets_the_entries_in_place_it_took_out_too(failing):
+    """A relocation takes out every entry the batch uses, those that were in place too. If a
+    save or a restore then raises, each of them whose cells are not back is forgotten, not left
+    as an entry whose cells (or the preamble's positions in them) are gone."""
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=4, spill=1000)
+    for k in (1, 2, 3, 4):  # state 4 evicts state 1: states 2-4 out of order
+        run_batch(cache, cells, [state(k)])
+    run_batch(cache, cells, [state(2)])  # state 2 moved: in place; state 3 is not
+    real, calls = getattr(cells, failing), []
+
+    def failing_once(*args):
+        calls.append(args)
+        if len(calls) == (2 if failing == "save" else 1):  # saving state 3 / restoring state 2
+            raise RuntimeError(f"llama_state_seq_{failing} failed")
+        return real(*args)
+
+    setattr(cells, failing, failing_once)
+    with pytest.raises(RuntimeError):
+        run_batch(cache, cells, [state(2), state(3)])
+    for seq in range(2):
+        cells.remove(seq)
+    assert all(cells.tokens(e.seq) == e.tokens for e in cache.entries)
+    assert {tuple(e.tokens) for e in cache.entries} == {tuple(PREAMBLE), tuple(state(4))}
+    plan = run_batch(cache, cells, [state(2), state(3), state(4)])
+    assert plan.reused[2] == len(state(4)) and all(cells.tokens(e.seq) == e.tokens for e in cache.entries)
+
+
+def test_a_failed_eviction_leaves_no_entry_from_host_memory_without_its_cells():
+    """Two states come back from host memory in one batch; making room for the second fails.
+    The first, already an entry whose cells were still in its blob, must not stay as one."""
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=3, spill=1000)  # the preamble and two states
+    for k in (1, 2, 3, 4):  # states 1 and 2 go to host memory, 3 and 4 stay in cells
+        run_batch(cache, cells, [state(k)])
+    real_save = cells.save
+    calls = []
+
+    def save_failing_second(seq: int):
+        calls.append(seq)
+        if len(calls) == 2:  # evicting state 4 to make room for state 2
+            raise RuntimeError("llama_state_seq_get_data failed")
+        return real_save(seq)
+
+    cells.save = save_failing_second
+    with pytest.raises(RuntimeError):
+        run_batch(cache, cells, [state(1), state(2)])
+    for seq in range(2):
+        cells.remove(seq)
+    assert all(cells.tokens(e.seq) == e.tokens for e in cache.entries)
+    cells.save = real_save
+    plan = run_batch(cache, cells, [state(1), state(2)])
+    assert plan.reads == [] and all(cells.tokens(e.seq) == e.tokens for e in cache.entries)
+
+
+def test_a_state_in_host_memory_too_long_for_the_cells_evicts_nothing():
+    """Making room for a state that cannot fit however many entries go evicts none of them."""
+    cells = FakeCells(4000)
+    cache = make_cache(cells, entries=4, tokens=200, second_miss=True, spill=1000)
+    for _ in range(2):  # a miss, then the miss that keeps it
+        run_batch(cache, cells, [state(1)])
+    long = state(9, length=300)  # over the 200-token limit: to host memory, never into cells
+    for _ in range(2):
+        assert run_batch(cache, cells, [long]).reads != []
+    assert cache.keys == (prefix_key(PREAMBLE), prefix_key(state(1)))
+    assert run_batch(cache, cells, [state(1)]).reads == []
+
+
 def test_out_of_order_placement_is_caught_by_the_fake():
     """The hazard the epochs exist for: without relocation, the suffix of a request whose
     snapshot lies above a hole would be placed below it."""

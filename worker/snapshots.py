@@ -209,11 +209,10 @@ class SnapshotCache:
 
     def _make_room(self, entries: int, tokens: int, protect: set[Entry]) -> bool:
         """Evict the least recently used entries (not pinned, not in `protect`) that must go for
-        `entries` more entries of `tokens` tokens in all to fit; False if they cannot (all evicted)."""
+        `entries` more entries of `tokens` tokens in all to fit; False, evicting none, if they cannot."""
         victims = lru_victims(self._entries, entries, tokens, protect, max_entries=self.max_entries,
                               max_tokens=self.max_tokens)
-        for e in victims if victims is not None else sorted(
-                (e for e in self._entries if not e.pinned and e not in protect), key=lambda e: e.used):
+        for e in victims or ():
             self._evict(e)
         return victims is not None
 
