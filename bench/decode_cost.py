@@ -45,7 +45,7 @@ from jevfleet.harness.net import KeptConnection
 from jevfleet.harness.fleet import start_fleet
 from loadtest import workloads
 from shared.config import Settings
-from worker.engine import Job
+from worker.job import Job
 from worker.pieces import token_rows
 from worker.warmup import make_job
 

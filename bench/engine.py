@@ -32,7 +32,8 @@ from loadtest import workloads
 from shared.config import load_settings
 from shared.messages import Result, Score
 from shared.profiles import Profile
-from worker.engine import Engine, Job
+from worker.engine import Engine
+from worker.job import Job
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import IdleWarmup, make_job, rendered_job, startup_warmup
 

@@ -25,7 +25,8 @@ from shared.config import Settings
 from shared.messages import Error, Message, Result, Score
 from shared.model_files import resolve_model
 from shared.profiles import Profile, load_profile
-from worker.engine import Engine, Job
+from worker.engine import Engine
+from worker.job import Job
 from worker.model_thread import ModelThread
 from worker.process import build_engine
 from worker.scheduler import Pending, Scheduler

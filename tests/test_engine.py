@@ -8,7 +8,8 @@ import pytest
 
 from jevfleet.harness.engine import make_job, new_engine
 from shared.messages import prefix_key
-from worker.engine import Engine, Job
+from worker.engine import Engine
+from worker.job import Job
 from worker.pieces import shared_rows
 
 pytestmark = pytest.mark.model

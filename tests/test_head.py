@@ -13,7 +13,7 @@ from jevfleet.harness.engine import default_model, make_job, new_engine
 from quality.calibration import write_section
 from quality.head import feature_ids, fit_head, fit_logistic
 from shared.profiles import load_profile
-from worker.engine import Job
+from worker.job import Job
 from worker.head import Readout, load_head, logsumexp, make_head
 from worker.hidden import q8_0_round_trip
 

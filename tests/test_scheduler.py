@@ -6,7 +6,7 @@ import time
 from collections import deque
 
 from shared.messages import Error, ErrorCode, Result, Score
-from worker.engine import Job
+from worker.job import Job
 from worker.scheduler import Pending, Scheduler, take_batch
 
 MAX_REQUESTS = 31  # as many as the real engine reads at once (Engine.max_batch_requests)

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,32 +24,14 @@ import numpy as np
 
 from shared.config import Settings
 from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
-from shared.messages import suffix_tokens
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
+from worker.job import Job
 from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
-
-
-@dataclass
-class Job:
-    """One request as the engine sees it: a shared prefix and the suffixes that continue it."""
-
-    prefix: list[int]
-    suffixes: list[list[int]]
-    yes_ids: list[int]
-    no_ids: list[int]
-    margins: list[float] = field(default_factory=list)
-    reused: int = 0  # prefix tokens taken from a snapshot or a batch mate instead of read
-    features: dict[int, Any] = field(default_factory=dict)  # suffix -> captured logits (Readout.capture)
-
-    @cached_property
-    def suffix_reads(self) -> int:
-        """Tokens its suffixes read, common leading tokens once (kept: the scheduler asks often)."""
-        return suffix_tokens(self.suffixes)
 
 
 class Engine:

@@ -25,7 +25,7 @@ import numpy as np
 from worker.hidden import q8_0_round_trip
 
 if TYPE_CHECKING:
-    from worker.engine import Job
+    from worker.job import Job
     from worker.hidden import OutputMatrix
 
 

@@ -17,7 +17,8 @@ from typing import Callable, Protocol
 
 from shared.messages import Error, ErrorCode, Message, Result, SchedulerCounters, Score
 from shared.config import Settings
-from worker.engine import Engine, Job
+from worker.engine import Engine
+from worker.job import Job
 
 
 class EngineLike(Protocol):

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Callable
 
 from shared.profiles import Profile, encode_prefix, encode_suffix
-from worker.engine import Engine, Job
+from worker.engine import Engine
+from worker.job import Job
 
 IDLE_GRACE_S = 0.5  # empty-queue time before idle warmup starts
 WARM_ROWS = 60  # longest warm call: every deterministic-mode shape; fast mode's longer ones are skipped

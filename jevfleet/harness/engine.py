@@ -10,7 +10,8 @@ from shared.config import Settings, default_settings, replace
 from shared.model_files import resolve_model
 from shared.profiles import Profile, load_profile
 from worker import warmup
-from worker.engine import Engine, Job
+from worker.engine import Engine
+from worker.job import Job
 from worker.process import build_engine
 
 
