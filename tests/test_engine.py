@@ -40,6 +40,21 @@ def test_answer_is_bit_identical_alone_and_batched_with_others(engine):
     assert again.margins == alone.margins
 
 
+def test_the_status_other_threads_read_is_replaced_whole_after_each_batch(engine):
+    """Heartbeats read Engine.status from another thread: an immutable value the model thread
+    replaces after a batch, never the cache itself, so what a reader holds does not change."""
+    before = engine.status
+    misses = before.state_snapshots.misses
+    job = make_job(engine, "The boiler makes a knocking noise at night.", ["Is the boiler noisy?"])
+    engine.run([job])
+    assert before.state_snapshots.misses == misses  # what a reader held stayed as it was
+    after = engine.status
+    assert after.state_snapshots == engine.cache.stats() and after.state_snapshots.misses == misses + 1
+    assert after.snapshot_keys == engine.cache.held_keys() and prefix_key(job.prefix) in after.snapshot_keys
+    with pytest.raises(AttributeError):
+        after.snapshot_keys = frozenset()
+
+
 def test_prefix_and_suffixes_read_in_one_stream_or_one_after_the_other_agree(engine):
     """Alone, a request's prefix and suffixes share llama_decode calls (Engine.run); with a batch
     mate that copies the same prefix, the prefix is read first. Both must answer alike, and the

@@ -18,15 +18,11 @@ WORKER = """
 import sys, time
 import worker.process as wp
 from shared.config import default_settings
-from shared.messages import SnapshotStats
-
-class NoCache:
-    def held_keys(self): return frozenset()
-    def stats(self): return SnapshotStats()
+from worker.engine import EngineStatus
 
 class SlowEngine:
     max_batch_requests = 8
-    cache = NoCache()
+    status = EngineStatus()
     def tokenize(self, text, add_bos=False):
         return [len(text)]
     def new_tokens(self, job, earlier):

@@ -105,12 +105,12 @@ def test_queued_requests_are_batched_and_answered_in_order():
     assert engine.started.wait(5)  # "first" runs alone while the others queue behind it
     for rid in ("a", "b", "c"):
         sched.submit(pending(rid, 100))
-    assert sched.depth() == (300, 4)
+    assert sched.figures()[1:] == (300, 4)
     gate.set()
     out.wait(4)
     assert [m.request_id for m in out] == ["first", "a", "b", "c"]
     assert engine.batches == [1, 3]
-    assert sched.counters.batched_requests == 3
+    assert sched.figures()[0].batched_requests == 3
     assert all(isinstance(m, Result) and m.margins == [0.5] for m in out)
     sched.stop()
     thread.join(5)
@@ -190,4 +190,5 @@ def test_clear_drops_every_queued_request_and_counts_them_cancelled():
     for rid in ("a", "b"):
         scheduler.submit(pending(rid, 2))
     assert scheduler.clear() == ["a", "b"]
-    assert scheduler.depth() == (0, 0) and scheduler.counters.cancelled == 2
+    counters, tokens, requests = scheduler.figures()
+    assert (tokens, requests) == (0, 0) and counters.cancelled == 2

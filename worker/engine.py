@@ -11,7 +11,8 @@ head's (worker/head.py), are computed from it, the 262k-column output row never 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, prompt cuts and
 snapshots (docs/architecture.md): flash attention on, micro-batches of 8 to 60 rows in steps of
 4 padded with throwaway rows (worker/pieces.py), each sequence's KV cells in position order
-(worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine.
+(worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
+read its parts; other threads (heartbeats) read only `status`, which it replaces after each batch.
 """
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
 import numpy as np
 
 from shared.config import Settings
 from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
+from shared.messages import SnapshotStats
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
@@ -32,6 +35,13 @@ from worker.snapshots import SnapshotCache
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
+
+
+class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """What other threads may know of an engine: never changed, only replaced (Engine.status)."""
+
+    snapshot_keys: frozenset[str] = frozenset()  # prefix_key of every prefix kept, in cells or host memory
+    state_snapshots: SnapshotStats = msgspec.field(default_factory=SnapshotStats)  # a copy no one else holds
 
 
 class Engine:
@@ -91,6 +101,7 @@ class Engine:
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model),
                                    second_miss=state_cache_second_miss, spill_bytes=state_cache_ram_mb << 20)
+        self._publish()
 
     @classmethod
     def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None) -> Engine:
@@ -222,6 +233,8 @@ class Engine:
                 self.remove(seq)
             self.cache.lost_placement()
             raise
+        finally:
+            self._publish()
         for seq in work:
             self.remove(seq)
         return read
@@ -247,6 +260,10 @@ class Engine:
             self.remove(seq)
         return read
 
+    def _publish(self) -> None:
+        """Replace `status` whole, after a batch (on the model thread: see the top comment)."""
+        self.status = EngineStatus(snapshot_keys=self.cache.held_keys(), state_snapshots=self.cache.stats())
+
     # --- snapshots and warmup -----------------------------------------------------------
     def pin(self, tokens: list[int]) -> None:
         """Read `tokens` (the profile's preamble) and keep them for good. First thing after
@@ -258,6 +275,7 @@ class Engine:
         self.remove(0)
         seq = self.cache.entries[0].seq
         self.cache.token_bytes = llama().llama_state_seq_get_size(self.ctx_ptr, seq) // len(tokens)
+        self._publish()
 
     def warm_call(self, rows: int, stop: Callable[[], bool]) -> bool:
         """One llama_decode of `rows` throwaway tokens in the scratch sequence, aborted as soon

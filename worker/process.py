@@ -74,16 +74,19 @@ class WorkerProcess:
             Score: self._on_score, Cancel: self._on_cancel, Ping: lambda _: None}
 
     def status(self, kind: type[Ready] = Heartbeat) -> Ready:
-        tokens, requests = self.scheduler.depth()
-        counters = msgspec.structs.asdict(self.scheduler.counters)
+        """On the main thread: what the model thread last published (Engine.status, replaced
+        whole after each batch) and the scheduler's figures (read under its lock); it calls
+        nothing in the engine, which only the model thread may."""
+        counters, tokens, requests = self.scheduler.figures()
+        engine = self.engine.status
         return kind(
             worker_id=self.worker_id,
             pid=os.getpid(),
             cores=self.cores,
             serves=self.serves,
-            snapshot_keys=self.engine.cache.held_keys(),
-            stats=WorkerStats(**counters, queued_tokens=tokens, queued_requests=requests,
-                              state_snapshots=self.engine.cache.stats()),
+            snapshot_keys=engine.snapshot_keys,
+            stats=WorkerStats(**msgspec.structs.asdict(counters), queued_tokens=tokens, queued_requests=requests,
+                              state_snapshots=engine.state_snapshots),
             draining=self._stop.is_set(),
         )
 

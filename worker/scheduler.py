@@ -4,8 +4,12 @@ Requests wait in arrival order. A batch takes requests from the head while their
 the budget; the first request always goes, however large, and the batch stops at the first
 request that does not fit: nobody is skipped, so nobody starves. "New" is what a request really
 adds to the batch: its suffixes and the part of its prefix that no state snapshot and no batch
-mate already holds, which the engine estimates when the batch is taken. Other threads only
-append, cancel and read counters, under one condition variable.
+mate already holds, which the engine estimates when the batch is taken.
+
+Invariant: the queue, the busy flag and the counters are read and written only under one
+condition variable (`_cond`), by the model thread as by the others (which only append, cancel,
+clear, stop and read figures), so a heartbeat's figures are of one moment. The one exception
+is waiting(), a hint idle warmup polls between graph nodes, which reads two values lock-free.
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
+
+import msgspec
 
 from shared.messages import Error, ErrorCode, Message, Result, SchedulerCounters, Score
 from shared.config import Settings
@@ -120,10 +126,12 @@ class Scheduler:
         """Is there work (or a stop) waiting? Cheap and lock-free: idle warmup polls it."""
         return bool(self._queue) or self._stopping
 
-    def depth(self) -> tuple[int, int]:
-        """(queued tokens, queued requests), the running batch included."""
+    def figures(self) -> tuple[SchedulerCounters, int, int]:
+        """A copy of the counters, queued tokens and queued requests (the running batch
+        included), all of one moment: what a heartbeat says of the scheduler."""
         with self._cond:
-            return sum(i.tokens for i in self._queue), len(self._queue) + int(self._busy)
+            queued = sum(i.tokens for i in self._queue), len(self._queue) + int(self._busy)
+            return msgspec.structs.replace(self.counters), *queued
 
     # --- on the model thread -------------------------------------------------------------
     def run(self, emit: Callable[[Message], None], idle: Callable[[], bool] | None = None,
@@ -171,11 +179,12 @@ class Scheduler:
                 emit(Error(request_id=item.request_id, code=ErrorCode.ENGINE, message=str(exc)))
             return
         run_ms = (time.monotonic() - started) * 1000
-        c = self.counters
-        c.batches += 1
-        c.requests += len(batch)
-        c.batched_requests += len(batch) if len(batch) > 1 else 0
-        c.tokens_read += read
+        with self._cond:
+            c = self.counters
+            c.batches += 1
+            c.requests += len(batch)
+            c.batched_requests += len(batch) if len(batch) > 1 else 0
+            c.tokens_read += read
         for item in batch:
             emit(Result(
                 request_id=item.request_id,
