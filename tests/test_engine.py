@@ -31,13 +31,26 @@ def test_every_suffix_gets_a_finite_margin(engine):
 
 
 def test_answer_is_bit_identical_alone_and_batched_with_others(engine):
+    """The batched request reads its state among its batch mates (the cache is cleared between,
+    or its state would come back from host memory unread): one stream of llama_decode calls for
+    all three, its first rows in the first call after a mate's, other micro-batches than alone."""
     alone = make_job(engine, "My card was charged twice.", ["Is this about billing?"])
-    engine.run([alone])
+    read_alone = engine.run([alone])
+    engine.cache.clear()
+    preamble = len(engine.cache.entries[0].tokens)
     mates = [make_job(engine, "The app crashes at start.", ["Is the app broken?", "Is it slow?"]),
              make_job(engine, "Where is my parcel? It is a week late.", ["Is the parcel late?"])]
     again = make_job(engine, "My card was charged twice.", ["Is this about billing?"])
-    engine.run([mates[0], again, mates[1]])
+    batch = [mates[0], again, mates[1]]
+    before = engine.decode_calls
+    read = engine.run(batch)
     assert again.margins == alone.margins
+    assert [job.reused for job in batch] == [preamble] * 3  # every state read, none from a snapshot
+    assert read == sum(len(job.prefix) - preamble + job.suffix_reads for job in batch)
+    shapes = engine.decode_shapes(read)
+    assert engine.decode_calls - before == len(shapes)  # prefixes and suffixes of all three in one stream
+    assert shapes[0] > len(mates[0].prefix) - preamble  # the stream starts with mates[0]'s state, then its own
+    assert shapes != engine.decode_shapes(read_alone)
 
 
 def test_the_status_other_threads_read_is_replaced_whole_after_each_batch(engine):

@@ -69,22 +69,41 @@ def test_startup_warmup_keeps_no_snapshot_and_counts_nothing(engine):
 
 
 @pytest.mark.model
-def test_a_request_arriving_during_idle_warmup_is_answered(engine):
+def test_a_request_arriving_during_idle_warmup_aborts_it_at_once_and_is_answered(engine):
+    """The promise: idle warmup never delays a request by more than the rest of one graph node.
+    The first warm call is held at its first abort check until the request is queued, so the
+    request surely arrives while a warm call runs; that call must then end at that very check
+    (llama_decode aborted), and no other warm call may start before the request is answered."""
     job = make_job(engine, "The train to Porto left twenty minutes late.", ["Was the train late?"])
     engine.run([job])
     reference = job.margins
     engine.seen_shapes.clear()
     sched = Scheduler(engine, budget=384, max_requests=engine.max_batch_requests)
-    warming = threading.Event()
     idle = IdleWarmup(engine, max_length=384, stop=sched.waiting)
+    out = Collector()
+    warming, queued = threading.Event(), threading.Event()
+    checks_after_request: list[bool] = []  # what the held call's abort checks said once the request was queued
+    calls: list[tuple[bool, bool]] = []  # per warm call: (started while the request waited, ran to the end)
     real_warm_call = engine.warm_call
 
     def warm_call(rows, stop):
-        warming.set()
-        return real_warm_call(rows, stop)
+        held = not warming.is_set()
+
+        def checked_stop() -> bool:
+            if held and not warming.is_set():
+                warming.set()  # this call is under way: the request may come now
+                assert queued.wait(60), "the request was never queued"
+            answer = stop()
+            if held:
+                checks_after_request.append(answer)
+            return answer
+
+        started_while_waiting = queued.is_set() and not out
+        ran = real_warm_call(rows, checked_stop)
+        calls.append((started_while_waiting, ran))
+        return ran
 
     engine.warm_call = warm_call
-    out = Collector()
     thread = threading.Thread(target=sched.run, args=(out, idle, 0.05), daemon=True)
     thread.start()
     try:
@@ -92,10 +111,14 @@ def test_a_request_arriving_during_idle_warmup_is_answered(engine):
         again = make_job(engine, "The train to Porto left twenty minutes late.", ["Was the train late?"])
         sched.submit(Pending.from_score(Score(request_id="r1", prefix=again.prefix, suffixes=again.suffixes,
                                               yes_ids=again.yes_ids, no_ids=again.no_ids, deadline=float("inf"))))
+        queued.set()
         out.wait(1, timeout=120)
     finally:
+        queued.set()
         sched.stop()
         thread.join(60)
         del engine.warm_call
+    assert checks_after_request == [True]  # gave way at the first check after the request came
+    assert calls[0] == (False, False) and idle.aborted >= 1  # the held call was aborted, not finished
+    assert not any(started for started, _ in calls[1:])  # and none started while the request waited
     assert isinstance(out[0], Result) and out[0].margins == reference
-    assert idle.calls >= 1
