@@ -180,7 +180,7 @@ class WorkerProcess:
                 log.error("%s: scheduler thread died; exiting", self.worker_id)
                 return 1
             # back-pressure: while the outbox is full, results wait in the scheduler's socket
-            poller.register(dealer, zmq.POLLIN | (zmq.POLLOUT if outbox.held else 0))
+            poller.register(dealer, zmq.POLLIN | (zmq.POLLOUT if outbox.waiting else 0))
             poller.register(pull, 0 if outbox.full else zmq.POLLIN)
             poller.register(lost, zmq.POLLIN)
             events = dict(poller.poll(timeout=max(0.0, next_beat - time.monotonic()) * 1000))
