@@ -154,8 +154,8 @@ class SnapshotCache:
         return matches
 
     def _plan_admissions(self, plan: Plan, matches: dict[int, Match]) -> None:
-        """Step 4: which new prefixes end() will keep, decided before reading (see
-        _copy_matches). Every entry this batch does not use may be evicted to make room, so
+        """Step 4: which new prefixes end() will keep, decided before reading (Plan.start_from
+        says why). Every entry this batch does not use may be evicted to make room, so
         end() always can; the other misses of min_tokens or more go to host memory."""
         keep = [e for e in self._entries if e.pinned or e in plan.protect]
         slots = self.max_entries - len(keep)
