@@ -47,6 +47,9 @@ class Job:
     margins: list[float] = field(default_factory=list)
     reused: int = 0  # prefix tokens taken from a snapshot or a batch mate instead of read
     features: dict[int, Any] = field(default_factory=dict)  # suffix -> captured logits (Readout.capture)
+    # suffix -> llama.cpp's own logits at the captured ids and the logsumexp of its whole row, when
+    # the tap lets llama.cpp finish the output matmul (HiddenTap.full_logits: bench-readout, tests)
+    reference: dict[int, tuple[np.ndarray, float]] = field(default_factory=dict)
 
     @cached_property
     def suffix_reads(self) -> int:
@@ -163,8 +166,9 @@ class Engine:
 
     def _read(self, stream: list[Row], on_output) -> int:
         """Decode every (token, position, seqs, keys) row, the token in every sequence of seqs;
-        for each key of a row, call on_output(key, hidden) with the row's final hidden state once
-        it is decoded. Returns tokens read."""
+        for each key of a row, call on_output(key, hidden, full) with the row's final hidden state
+        once it is decoded (full: llama.cpp's logits row when tap.full_logits, else None).
+        Returns tokens read."""
         if not stream:
             return 0
         shapes = self.decode_shapes(len(stream))
@@ -179,12 +183,19 @@ class Engine:
             self.seen_shapes.add(size)
             self.decode_calls += 1
             hidden = self.tap.take(n_out)
+            full = self._logits_rows(n_out) if self.tap.full_logits else None
             for key, i in outputs:
-                on_output(key, hidden[i])
+                on_output(key, hidden[i], None if full is None else full[i])
             at += size
         if padded:
             self.remove(self.scratch)
         return len(stream) - padded
+
+    def _logits_rows(self, n_out: int) -> np.ndarray:
+        """llama.cpp's logits rows of the last call's outputs, in batch order (a view of its buffer)."""
+        if not n_out:
+            return np.empty((0, self.n_vocab), np.float32)
+        return np.ctypeslib.as_array(llama().llama_get_logits(self.ctx_ptr), shape=(n_out, self.n_vocab))
 
     def _fill(self, rows: list[Row]) -> tuple[list[tuple[Any, int]], int]:
         """Rows into the batch; returns (key, index among the output rows) per key, output rows."""
@@ -258,9 +269,9 @@ class Engine:
             start = len(jobs[j].prefix)
             rows += [(tok, start + depth, seqs, keys) for tok, depth, seqs, keys in shared_rows(suffixes)]
 
-        def take(k: int, hidden: np.ndarray) -> None:
+        def take(k: int, hidden: np.ndarray, full: np.ndarray | None) -> None:
             _, j, s = wave[k]
-            jobs[j].margins[s] = self.readout.margin(jobs[j], s, hidden)
+            jobs[j].margins[s] = self.readout.margin(jobs[j], s, hidden, full)
 
         read = self._read(rows, take)
         for seq, _, _ in wave:
