@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import math
 import re
+import socket
 import sys
 import zlib
 
@@ -149,6 +151,37 @@ def test_body_over_the_limit_gets_a_json_413(gateway, size):
 def test_unknown_content_encoding_is_a_json_400(gateway):
     status, _, body = post(gateway, b"{}", {"Content-Encoding": "br"})
     assert status == 400 and "'br'" in body["detail"]
+
+
+def exchange(server, claimed: int, body: bytes, *, half_close: bool) -> bytes:
+    """A POST whose Content-Length is `claimed`, written byte for byte on a fresh socket; all the
+    server sends until it closes."""
+    host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+    head = (f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {claimed}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head + body)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while data := sock.recv(65536):
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+def test_a_lying_content_length_is_refused_without_a_traceback(gateway, caplog):
+    """aiohttp's parser, not the app, meets these (docs/wire.md, Other statuses): bytes past the
+    claimed length get its own 400 (text/plain); a body cut short by a client that then
+    half-closes cannot be answered, since aiohttp closes the connection on that end of input.
+    Neither is worth a traceback in the log."""
+    caplog.set_level(logging.INFO)
+    body = encoded(SMALL)
+    reply = exchange(gateway, len(body) - 5, body, half_close=False)
+    assert reply.split(b"\r\n", 1)[0] in (b"HTTP/1.0 400 Bad Request", b"HTTP/1.1 400 Bad Request"), reply[:200]
+    assert exchange(gateway, len(body) + 10, body, half_close=True) == b""
+    assert [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "aiohttp.server"]
+    assert line.endswith("answered 400: BadHttpMessage: Data after `Connection: close`:")
 
 
 @pytest.mark.parametrize("raw", [b'{"model": "\xff"}', b'{"n": ' + b"9" * 4301 + b"}"])
