@@ -203,6 +203,17 @@ def test_nan_and_lone_surrogates_get_the_reference_servers_exact_bytes(gateway):
     assert status == 200 and len(json.loads(body)["answers"]) == 1  # in a question id it is answered
 
 
+def test_an_empty_state_an_unknown_model_and_a_long_noul_criterion_get_the_reference_servers_bytes(gateway):
+    assert http("POST", gateway.url + PATH, encoded({**UNKNOWN_MODEL, "state": " "}), JSON)[::2] == (422, (
+        b'{"detail":[{"loc":["body"],"msg":"Value error, State must not be empty","type":"value_error"},{"loc":["body",'
+        b'"model"],"msg":"Unknown model \'gpt-4\': this server answers as \'gemma-3-270m\' and accepts any \'jev-*\' '
+        b'alias","type":"value_error"}]}'))
+    long_true = {**SMALL, "questions": {"q": {"type": "noul", "criteria": {"true": "x" * 7996}}}}
+    assert http("POST", gateway.url + PATH, encoded(long_true), JSON)[::2] == (422, (
+        b'{"detail":[{"loc":["body","questions","q","boolean","true_description"],"msg":"String should have at most '
+        b'8000 characters","type":"string_too_long"}]}'))
+
+
 def test_body_not_json_is_the_byte_exact_json_invalid_error(gateway):
     status, _, raw = http("POST", gateway.url + PATH, b'{"a":1,}', JSON)
     assert status == 422
