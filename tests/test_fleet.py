@@ -296,6 +296,9 @@ def test_a_restart_replaces_the_old_incarnation_whose_late_beats_are_ignored(tmp
         async with running(settings(tmp_path)) as (fleet, worker):
             old = await worker("a", pid=100)
             old.close()
+            # a restart connects once the old connection is gone (a worker loads its model first);
+            # one connecting while it is still held would be ignored (gateway/link.py)
+            await until(lambda: fleet.workers["a"].state == "down", "the old incarnation down")
             await worker("a", pid=101)
             ghost = await worker("b", pid=7)
             ghost.worker_id = "a"
