@@ -193,7 +193,7 @@ def local_report(small_set, tmp_path_factory):
 @pytest.mark.model
 def test_eval_in_process_writes_the_report_and_png(local_report):
     summary = json.loads((local_report / "summary.json").read_text())
-    assert [s["name"] for s in summary["summaries"]] == ["fact", "choice", "score", "overall"]
+    assert [s["name"] for s in summary["summaries"]] == ["fact", "choice", "score", "tag adversarial", "overall"]
     overall = summary["summaries"][-1]
     assert overall["n"] == 8 and 0 <= overall["brier"] <= 2 and not summary["skipped"]
     assert (local_report / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
