@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from jevfleet.harness.fleet import Fleet, start_fleet
+from jevfleet.harness.fleet import CHECKED, Fleet, start_fleet
 from jevfleet.harness.load import by_id, closed_loop, decision, noul, post, program_pid, served_by, states, workers
 
 pytestmark = pytest.mark.fleet
@@ -23,9 +23,10 @@ def duo(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     # A long deadline: these tests assert that nothing is lost, and a machine busy with other
     # work must not turn slowness into 503s.
     f = start_fleet(tmp_path_factory.mktemp("duo"), workers=2,
-                    extra=["--cores-per-worker", "1", "--deadline-s", "120"])
+                    extra=["--cores-per-worker", "1", "--deadline-s", "120", *CHECKED])
     yield f
     assert f.stop() == 0, f.logs()
+    assert not f.lifecycle_breaches()
 
 
 def test_sigkill_of_a_worker_under_load_loses_no_request_and_it_comes_back(duo):

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.membership import WorkerState
 from gateway.metrics import Metrics
-from gateway.routing import PrefixMemory
+from gateway.queues import WorkerQueue
 from jevfleet.harness.fleet import Fleet
 from jevfleet.harness.net import http, post_json
 from shared.messages import Heartbeat, SchedulerCounters, SnapshotStats, WorkerStats
@@ -28,9 +28,9 @@ def sample(fams: dict, family: str, series: str | None = None, **labels) -> floa
     return found[0]
 
 
-def worker(worker_id: str, stats: WorkerStats, state: str = "up") -> WorkerState:
+def worker(worker_id: str, stats: WorkerStats, state: str = "up") -> WorkerQueue:
     status = Heartbeat(worker_id=worker_id, pid=1, cores=[0], serves={}, stats=stats)
-    return WorkerState(status=status, identity=b"", last_seen=time.monotonic(), memory=PrefixMemory(16), state=state)
+    return WorkerQueue(WorkerState(status=status, identity=b"", last_seen=time.monotonic(), state=state), 16)
 
 
 def test_worker_stats_are_exported_from_their_typed_fields():
@@ -40,7 +40,7 @@ def test_worker_stats_are_exported_from_their_typed_fields():
         "b": worker("b", WorkerStats(batches=1), state="draining"),
         "c": worker("c", WorkerStats()),  # nothing run yet: every counter at 0, no hit ratio
     }
-    fams = families(Metrics(SimpleNamespace(workers=workers)).exposition().decode())
+    fams = families(Metrics(SimpleNamespace(queues=workers)).exposition().decode())
 
     assert sample(fams, "jevfleet_workers_up") == 2
     assert sample(fams, "jevfleet_worker_up", worker="b") == 0
@@ -62,7 +62,7 @@ def test_worker_stats_are_exported_from_their_typed_fields():
 
 
 def test_server_timing_phases_become_histograms():
-    metrics = Metrics(SimpleNamespace(workers={}))
+    metrics = Metrics(SimpleNamespace(queues={}))
     response = web.Response(headers={"Server-Timing": "parse;dur=0.20, queue;dur=40.00, total;dur=1500.5"})
     metrics.observe_response("/v1/systemone", "POST", response)
     fams = families(metrics.exposition().decode())
