@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -12,7 +13,9 @@ from gateway.membership import WorkerState
 from gateway.metrics import Metrics
 from gateway.queues import WorkerQueue
 from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.load import by_id
 from jevfleet.harness.net import http, post_json
+from jevfleet.harness.processes import paused, wait_until
 from shared.messages import Heartbeat, SchedulerCounters, SnapshotStats, WorkerStats
 
 
@@ -106,18 +109,33 @@ def test_metrics_of_the_real_fleet(fleet: Fleet):
     assert sample(fams, "jevfleet_batch_requests", "jevfleet_batch_requests_count") >= 1
     assert sample(fams, "jevfleet_workers_up") == 1
     (wid,) = {s.labels["worker"] for s in fams["jevfleet_worker_up"].samples}
-    assert sample(fams, "jevfleet_worker_queued_requests", worker=wid) >= 0
+    # The queue gauges are the gateway's own count: one request while it waits at the paused worker
+    # (the worker's own count, in its heartbeats, stays 0 then), none once it is answered.
+    pid = by_id(fleet.health()[1])[wid]["pid"]
+    with ThreadPoolExecutor(1) as pool:
+        with paused([pid]):  # a child of the fleet's supervisord; paused far less than dead_after_s
+            waiting = pool.submit(post_json, fleet.url + "/v1/systemone", body)
+            fleet.wait_for(lambda h: by_id(h)[wid]["queued_requests"] == 1, "the request queued at the worker")
+            fams = families(http("GET", fleet.url + "/metrics")[2].decode())
+            assert sample(fams, "jevfleet_worker_queued_requests", worker=wid) == 1
+            assert sample(fams, "jevfleet_worker_queued_tokens", worker=wid) > 0
+        assert waiting.result()[0] == 200
+    fams = families(http("GET", fleet.url + "/metrics")[2].decode())
+    assert sample(fams, "jevfleet_worker_queued_requests", worker=wid) == 0
     # The worker's counters arrive with its heartbeats: wait for one sent after our answer.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        fams = families(http("GET", fleet.url + "/metrics")[2].decode())
-        scheduled = sample(fams, "jevfleet_worker_scheduler", "jevfleet_worker_scheduler_total",
-                           worker=wid, counter="requests")
-        if scheduled >= 1:
-            break
-        time.sleep(0.2)
-    assert scheduled >= 1
+    fams = wait_until(lambda: families(http("GET", fleet.url + "/metrics")[2].decode()), "a heartbeat counting it",
+                      done=lambda f: sample(f, "jevfleet_worker_scheduler", "jevfleet_worker_scheduler_total",
+                                            worker=wid, counter="requests") >= 1, timeout=10)
     hits = sample(fams, "jevfleet_snapshot_hits", "jevfleet_snapshot_hits_total", worker=wid)
     misses = sample(fams, "jevfleet_snapshot_misses", "jevfleet_snapshot_misses_total", worker=wid)
     assert hits + misses >= 1
-    assert sample(fams, "jevfleet_snapshot", worker=wid, name="kept") >= 0
+
+    def kept() -> tuple[float, int]:
+        exported = sample(families(http("GET", fleet.url + "/metrics")[2].decode()), "jevfleet_snapshot",
+                          worker=wid, name="kept")
+        return exported, by_id(fleet.health()[1])[wid]["stats"]["state_snapshots"]["kept"]
+
+    # the figure the worker reported, as /health shows it (polled: a heartbeat may come between the reads)
+    exported, reported = wait_until(kept, "/metrics and /health agreeing", done=lambda k: k[0] == k[1], timeout=10,
+                                    every=0.1)
+    assert exported >= 1  # the pinned preamble at least
