@@ -14,8 +14,9 @@ the engine's state arrives as reports, never as writes into its structures.)
 
 Invariant (the request lifecycle): an accepted request whose answer is still pending is in
 exactly one place, queued at one worker (`item.worker.requests`) or parked; then it is done (its
-future holds a result or an error) and is forgotten when its waiting ends. A queue holds only
-requests placement tracks, and the queue of a worker that is down is empty. `lifecycle()` checks
+future holds a result or an error), in no place, and is forgotten when its waiting ends. A queue
+or the parked list holds only requests placement tracks, and the queue of a worker that is down
+is empty. `lifecycle()` checks
 it; with `check` on (the tests' fleets) it runs after every event and a breach is logged and
 counted in /health.
 """
@@ -136,6 +137,9 @@ class Placement:
 
     def abandon_all(self, why: str) -> None:
         """Answer every pending request 503 (the gateway is stopping)."""
+        for queue in self._queues.values():
+            queue.take_all()
+        self._parked.clear()
         for item in list(self._inflight.values()):
             if not item.future.done():
                 item.future.set_exception(Unavailable(503, why, NO_WORKER_RETRY_S))
@@ -161,7 +165,18 @@ class Placement:
             self.membership.send(item.worker.worker, Cancel(request_id=item.request_id))
         self._check()
 
+    def _unplace(self, item: Inflight) -> WorkerQueue | None:
+        """Take a request out of its place, its worker's queue or the parked list, as it is
+        answered; the queue it was in."""
+        queue = item.worker
+        if queue is not None:
+            queue.take(item.request_id)
+        elif item in self._parked:
+            self._parked.remove(item)
+        return queue
+
     def _expire(self, item: Inflight) -> None:
+        self._unplace(item)
         self.counters["expired"] += 1
         item.future.set_exception(Unavailable(503, "the request waited past its deadline",
                                               self._retry_after(item.work.cold)))
@@ -258,9 +273,7 @@ class Placement:
         item = self._inflight.get(msg.request_id)
         if item is None or item.future.done():
             return  # answered already, given up, or the client left
-        owner = item.worker
-        if owner is not None:
-            owner.take(msg.request_id)
+        owner = self._unplace(item)  # a late answer may find it parked
         sender = self.membership.sender(identity)
         answered_by = None if sender is None else self.queue(sender)
         if owner is not None and answered_by is not owner and owner.worker.state != "down":

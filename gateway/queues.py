@@ -126,11 +126,15 @@ class WorkerQueue:
 
 def lifecycle(inflight: dict[str, Inflight], parked: list[Inflight], queues: Iterable[WorkerQueue]) -> Counter[Stage]:
     """How many of placement's requests (`inflight`, by id) are at each stage; raises RuntimeError
-    if one that is pending is in no place or in two, if a queue holds a request that does not
-    point back at it or that placement does not track, or if a down worker's queue is not empty."""
+    if one that is pending is in no place or in two, or one that is done is still in a place; if a
+    queue or the parked list holds a request placement does not track (or that does not point back
+    at its queue); or if a down worker's queue is not empty."""
     waiting = {item.request_id: item for item in parked}
     if len(waiting) != len(parked):
         raise RuntimeError("a request is parked twice")
+    for rid, item in waiting.items():
+        if inflight.get(rid) is not item:
+            raise RuntimeError(f"request {rid} is parked but not tracked")
     queued: set[str] = set()
     for q in queues:
         if q.requests and q.worker.state == "down":
@@ -141,11 +145,13 @@ def lifecycle(inflight: dict[str, Inflight], parked: list[Inflight], queues: Ite
             queued.add(rid)
     stages: Counter[Stage] = Counter()
     for rid, item in inflight.items():
+        at_worker, is_parked = rid in queued, rid in waiting
         if item.future.done():
+            if at_worker or is_parked:
+                raise RuntimeError(f"request {rid} is answered but still {'queued' if at_worker else 'parked'}")
             stages["done"] += 1
-            continue
-        at_worker, is_parked = rid in queued, waiting.get(rid) is item
-        if at_worker == is_parked:
+        elif at_worker == is_parked:
             raise RuntimeError(f"request {rid} is {'both queued and parked' if at_worker else 'nowhere'}")
-        stages["queued" if at_worker else "parked"] += 1
+        else:
+            stages["queued" if at_worker else "parked"] += 1
     return stages

@@ -177,6 +177,20 @@ def test_with_no_other_worker_a_lost_request_waits_for_the_restart(tmp_path):
     run(go())
 
 
+def test_a_late_answer_from_a_silent_worker_is_taken_while_its_request_is_parked(tmp_path):
+    async def go():
+        async with running(settings(tmp_path)) as (fleet, worker):
+            a = await worker("a")
+            task = asyncio.create_task(fleet.submit(score("r1")))
+            first = await a.recv()
+            a.stop_beating()  # taken out for silence; no other worker: the request waits, parked
+            await until(lambda: fleet.describe()["parked"] == 1, "parked")
+            await a.answer(first, margin=0.75)  # it was only slow: its answer is the first one
+            assert (await task).margins == [0.75]
+            assert fleet.placement.lifecycle() == {} and fleet.describe()["parked"] == 0
+    run(go())
+
+
 def test_a_draining_worker_hands_its_queue_back_and_gets_no_new_work(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
