@@ -11,9 +11,9 @@ Membership knows workers, not requests: what is queued where is placement's
 (gateway/queues.py). It tells its listener of every change that matters to requests, and of
 nothing else: `on_down` when a worker leaves service (placement takes back its queue) and
 `on_up` when one enters it (placement places what is parked). Invariant: a worker's state
-changes only here, and each change to or from "down" or to "up" is reported exactly once, as it
-happens. A failed send takes the worker down on a later turn of the event loop, never inside the
-sender's call, so whoever sends is not re-entered by its own send.
+changes only here; each time it becomes "down" on_down is called once, and each time it becomes
+"up" on_up is called once, as it happens. A failed send takes the worker down on a later turn of
+the event loop, never inside the sender's call, so whoever sends is not re-entered by its own send.
 """
 from __future__ import annotations
 
