@@ -160,8 +160,8 @@ async def models(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     app = request.app
     fleet, settings = app[FLEET], app[SETTINGS]
-    workers = list(fleet.workers.values())
-    up = [w for w in workers if w.up]
+    queues = list(fleet.queues.values())
+    up = [q.worker for q in queues if q.worker.up]
     status = "ready" if len(up) >= settings.worker_count else "degraded" if up else "starting"
     snapshots = {w.worker_id: w.stats.state_snapshots for w in up}
     engine = {
@@ -176,7 +176,7 @@ async def health(request: web.Request) -> web.Response:
     body = {
         "status": status,
         "model": app[PROFILE].name,
-        "workers": [w.describe() for w in workers],
+        "workers": [q.describe() for q in queues],
         "engine": engine,
         "model_files": {path.name: file_sha256(path) for path in files},
         "fingerprint": fingerprint(serves) if serves else None,

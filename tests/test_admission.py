@@ -59,7 +59,7 @@ def test_a_worker_of_another_mode_never_joins_and_gets_no_request(tmp_path):
                 for _ in range(4):
                     await good.answer(await good.recv())
                 await asyncio.gather(*submitted)
-                assert fleet.workers["good"].served == 4
+                assert fleet.queues["good"].served == 4
                 assert await wrong.nothing_for(0.2)
             finally:
                 wrong.close()
