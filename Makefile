@@ -147,3 +147,7 @@ fuzz: $(VENV)/.installed-test
 .PHONY: soak
 soak: $(VENV)/.installed-bench
 	$(PY) -m bench.soak $(SOAK_ARGS)
+.PHONY: bench-readout
+# Which way of reading the answer ranks best (token sets, hidden state vs llama.cpp logits row), per split and tag.
+bench-readout: $(VENV)/.installed-bench
+	$(PY) -m bench.readout $(BENCH_ARGS)

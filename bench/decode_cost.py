@@ -218,7 +218,7 @@ def kv_width(mode: str, reps: int) -> dict[str, tuple[float, float]]:
     tokens = wide.tokenize("The parcel came late and the box was crushed; the customer wants a refund. " * 4)[:48]
     rows = token_rows((0,), 0, tokens)
     rows[-1] = (*rows[-1][:3], ("answer",))
-    cases = [(lambda e=e: e._read(rows, lambda _key, _hidden: None), lambda e=e: e.remove(0)) for e in (narrow, wide)]
+    cases = [(lambda e=e: e._read(rows, lambda _key, _hidden, _full: None), lambda e=e: e.remove(0)) for e in (narrow, wide)]
     out, held = {}, 0
     for cells in WIDTHS:
         for at in range(held, cells, 60):

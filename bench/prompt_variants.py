@@ -43,6 +43,19 @@ SHOTS16 = [
     ("Thanks, the replacement arrived today and works perfectly.", "Is the customer happy?", True),
     ("My refund for order 410 has still not arrived after three weeks.", "Is this about a delivery address?", False),
 ]
+# Eight shots in the manner of plainly worded traffic (eval/plain.jsonl's tag): the text says the
+# thing asked about, or names another thing of the same sort; written for this comparison, none is
+# an eval item, and they differ from its templates in wording, names and things.
+PLAIN8 = [
+    ("Hello, the heater I bought in May gives off a burning smell when I switch it on.", "Is the message about a heater?", True),
+    ("Mira wrote on Sunday evening to ask about her warranty.", "Did Mira write on Tuesday?", False),
+    ("Please bring the two chairs to Jan Novak, 8 Mill Lane, Leeds.", "Is the delivery address in Leeds?", True),
+    ("You are a useless fool, @pat21, just go away.", "Is this comment polite?", False),
+    ("Dear team, I would like to end my gym membership from next month.", "Is the customer asking about a repair?", False),
+    ("Next step of the agent: rename report.docx to report-final.docx.", "Will the agent rename a file?", True),
+    ("Buongiorno, vorrei spostare la prenotazione a sabato.", "Is the message written in German?", False),
+    ("I am thrilled, the new phone works great, thank you!", "Is the writer happy?", True),
+]
 HEADER = ("Each text below is followed by a question about it. The answer is Yes when the text shows that "
           "the answer to the question is yes, and No otherwise. Read names, numbers, dates and negations "
           "carefully.\n\n")
@@ -77,7 +90,14 @@ def variants(base: Profile) -> dict[str, dict]:
         "16-shot+instruct": dict(preamble=HEADER + shots(PLAIN, SHOTS16), prefix=PLAIN[0], suffix=PLAIN[1]),
         "16-shot+evidence": dict(preamble=shots(EVIDENCE, SHOTS16), prefix=EVIDENCE[0], suffix=EVIDENCE[1]),
         "base Yes/No only": dict(yes=(" Yes",), no=(" No",)),
+        "plain-8": dict(preamble=shots(PLAIN, PLAIN8), prefix=PLAIN[0], suffix=PLAIN[1]),
+        "plain-8+base": dict(preamble=shots(PLAIN, _interleave(PLAIN8, own)), prefix=PLAIN[0], suffix=PLAIN[1]),
+        "plain-8+instruct": dict(preamble=HEADER + shots(PLAIN, PLAIN8), prefix=PLAIN[0], suffix=PLAIN[1]),
     }
+
+
+def _interleave(a: list, b: list) -> list:
+    return [x for pair in zip(a, b) for x in pair]
 
 
 def main() -> int:
@@ -85,16 +105,20 @@ def main() -> int:
     parser.add_argument("--profile", default="")
     parser.add_argument("--only", default="", help="comma-separated variant names")
     parser.add_argument("--limit", type=int, default=0, help="first N fit items only (a quick check)")
+    parser.add_argument("--set", dest="set_path", nargs="+", default=["eval/yesno.jsonl"])
+    parser.add_argument("--tag", default="", help="only the fit items of this tag (straightforward, adversarial)")
     args = parser.parse_args()
     settings = load_settings({"profile": args.profile or None})
     base = load_profile(settings.profile)
-    items = load_set("eval/yesno.jsonl", "fit")[: args.limit or None]
+    items = [i for i in load_set(args.set_path, "fit") if i.type == "noul" and (not args.tag or i.tag == args.tag)]
+    items = items[: args.limit or None]
     chosen = variants(base)
     names = [n.strip() for n in args.only.split(",")] if args.only else list(chosen)
     unknown = [n for n in names if n not in chosen]
     if unknown:
         parser.error(f"unknown variant(s) {unknown}; known: {', '.join(chosen)}")
-    print(f"fit half of eval/yesno.jsonl ({len(items)} items), profile {base.name}", flush=True)
+    print(f"fit split of {' + '.join(args.set_path)}{' tag ' + args.tag if args.tag else ''} ({len(items)} items), "
+          f"profile {base.name}", flush=True)
     print("| variant | accuracy | Brier | ECE | AUC | Brier (Platt) | acc (Platt) | preamble tokens | s |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for name in names:

@@ -252,7 +252,7 @@ def generate() -> list[dict]:
             seen.update(s for s, _, _ in members)
             for s, q, answer in members:
                 rows.append({"id": f"gen-{kind}-{len([r for r in rows if r['kind'] == kind]) + 1:03d}",
-                             "kind": kind, "state": s, "question": q, "answer": answer, "split": split})
+                             "kind": kind, "tag": "adversarial", "state": s, "question": q, "answer": answer, "split": split})
             pair += 1
     for kind, make in CHOICE_SCORE.items():
         made = tries = 0
@@ -262,7 +262,7 @@ def generate() -> list[dict]:
             if item["state"] in seen:
                 continue
             seen.add(item["state"])
-            rows.append({"id": f"gen-{kind}-{made + 1:03d}", "kind": kind, **item,
+            rows.append({"id": f"gen-{kind}-{made + 1:03d}", "kind": kind, "tag": "adversarial", **item,
                          "split": "fit" if made % 2 == 0 else "test"})
             made += 1
     return rows

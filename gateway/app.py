@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from gateway import pipeline
 from gateway.auth import OPEN_PATHS, authorized
@@ -48,6 +49,25 @@ LISTEN_BACKLOG = 4096  # connections the kernel holds before accept (capped by n
 # Headroom over the body limit for the compressed form of an incompressible body; the limit
 # itself is enforced on the decompressed bytes (gateway/body.py).
 BODY_SLACK = 64 * 1024
+
+
+class ClientHttpErrors(logging.Filter):
+    """aiohttp answers bytes its HTTP parser refuses (a body longer than its Content-Length, a
+    bad request line) with its own 400, before the app sees a request, and logs the parser's
+    traceback at ERROR. That is the client's mistake, not a fault here: one line at INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            first = next((line.strip() for line in exc.message.splitlines() if line.strip()), "")
+            record.msg, record.args = "%s; answered %d: %s: %s", (record.getMessage(), exc.code,
+                                                                 type(exc).__name__, first)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+CLIENT_HTTP_ERRORS = ClientHttpErrors()
 
 
 def error_response(err: ApiError) -> web.Response:
@@ -140,8 +160,8 @@ async def models(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     app = request.app
     fleet, settings = app[FLEET], app[SETTINGS]
-    workers = list(fleet.workers.values())
-    up = [w for w in workers if w.up]
+    queues = list(fleet.queues.values())
+    up = [q.worker for q in queues if q.worker.up]
     status = "ready" if len(up) >= settings.worker_count else "degraded" if up else "starting"
     snapshots = {w.worker_id: w.stats.state_snapshots for w in up}
     engine = {
@@ -156,7 +176,7 @@ async def health(request: web.Request) -> web.Response:
     body = {
         "status": status,
         "model": app[PROFILE].name,
-        "workers": [w.describe() for w in workers],
+        "workers": [q.describe() for q in queues],
         "engine": engine,
         "model_files": {path.name: file_sha256(path) for path in files},
         "fingerprint": fingerprint(serves) if serves else None,
@@ -188,6 +208,7 @@ def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokeni
         app[TOKENIZER].close()
 
     app.cleanup_ctx.append(fleet_ctx)
+    logging.getLogger("aiohttp.server").addFilter(CLIENT_HTTP_ERRORS)  # once: the same filter object
     install_metrics(app, app[FLEET])
     app.router.add_post("/v1/systemone", systemone)
     app.router.add_get("/v1/models", models)

@@ -141,8 +141,9 @@ def check_failed(loc: list, msg: str, kind: str = "value_error") -> ApiError:
 
 
 def non_finite(value: float) -> ApiError:
-    """NaN or ±Infinity anywhere in a body (1e400 reads as inf): the reference's words, no "Value error," prefix."""
-    return check_failed(["body"], f"Out of range float values are not JSON compliant: {value!r}")
+    """NaN or ±Infinity anywhere in a body (1e400 reads as inf): what the reference's validator
+    says when json.dumps(allow_nan=False) refuses the value (repr: nan, inf, -inf)."""
+    return check_failed(["body"], f"Value error, Out of range float values are not JSON compliant: {value!r}")
 
 
 def not_encodable(exc: UnicodeError) -> ApiError:

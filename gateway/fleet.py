@@ -1,10 +1,12 @@
 """The gateway's side of the fleet: the parts wired together, and the loops that drive them.
 
 gateway/link.py carries frames (the ROUTER and its monitor), gateway/membership.py knows the
-workers (heartbeats, admission, loss), gateway/placement.py knows the requests (routing,
-parking, resend). Invariant: every message from a worker reaches exactly one of them, by its
-type (a status to membership, an answer to placement, a drain to both), and a worker lost by
-membership hands its requests to placement, which owes each of them an answer.
+workers (heartbeats, admission, loss), gateway/placement.py knows the requests and the queues
+they wait in (routing, parking, resend). Invariant: every message from a worker reaches exactly
+one of them, by its type (a status to membership, an answer to placement, a drain to both);
+membership reports each worker that leaves or enters service to placement, which takes back or
+fills its queue and owes each request an answer. Membership never sees a request, and neither
+module imports the other's caller.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from gateway.admission import Admission
 from gateway.capacity import Limits, Unavailable
 from gateway.link import Link
 from gateway.membership import Membership, WorkerState
-from gateway.placement import Inflight, Placement, WorkerFailed
+from gateway.placement import Placement, WorkerFailed
+from gateway.queues import WorkerQueue
 from shared.config import Settings
 from shared.messages import Drain, Error, Heartbeat, Message, Ready, Result, Score
 
@@ -34,16 +37,22 @@ class Fleet:
         self.settings = settings
         self.endpoint = settings.zmq_endpoint
         self.link = Link(settings)
-        self.membership = Membership(settings, self.link, Admission(serves), on_lost=self._lost,
-                                     on_back=self._back)
+        self.membership = Membership(settings, self.link, Admission(serves), on_down=self._down, on_up=self._up)
         limits = Limits(queue_tokens=settings.queue_tokens, queue_requests=settings.queue_requests,
                         affinity_slack_tokens=settings.affinity_slack_tokens)
-        self.placement = Placement(self.membership, limits, preamble_tokens=preamble_tokens)
+        self.placement = Placement(self.membership, limits, preamble_tokens=preamble_tokens,
+                                   affinity_memory=settings.affinity_memory, check=bool(settings.check_lifecycle))
         self._tasks: list[asyncio.Task] = []
 
     @property
     def workers(self) -> dict[str, WorkerState]:
+        """Every worker heard from and admitted, by id: who is up (membership's)."""
         return self.membership.workers
+
+    @property
+    def queues(self) -> dict[str, WorkerQueue]:
+        """Each of those workers' queue and the gateway's measures of it (placement's)."""
+        return self.placement.queues()
 
     @property
     def admission(self) -> Admission:
@@ -82,11 +91,11 @@ class Fleet:
         """The 429 the door answers before reading a body, if every queue is full."""
         return self.placement.refusal_when_full(reserved)
 
-    def _lost(self, worker: WorkerState, orphans: list[Inflight], gone: bool) -> None:
-        self.placement.orphaned(worker, orphans, gone)
+    def _down(self, worker: WorkerState, gone: bool) -> None:
+        self.placement.worker_down(worker, gone)
 
-    def _back(self) -> None:
-        self.placement.unpark()
+    def _up(self, worker: WorkerState) -> None:
+        self.placement.worker_up(worker)
 
     def _on_drain(self, identity: bytes, msg: Drain) -> None:
         worker = self.membership.draining(msg.worker_id)

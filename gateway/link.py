@@ -4,6 +4,13 @@ Invariant: only decoded messages leave this module and only encoded ones enter t
 frame that does not decode is logged and dropped, never passed on. A send never waits: a peer
 the ROUTER cannot reach is reported to the caller's `unreachable` callback, which is how a lost
 connection becomes a lost worker (gateway/membership.py).
+
+Identity: a worker's ROUTER identity is its id, and one connection holds it at a time. A second
+process connecting with an id a live connection holds is ignored by ZeroMQ (no handover): it is
+never heard, so it can neither join nor displace the holder. A holder that died lets go of the id
+when its connection closes, or, for a peer that vanished without closing it (a host or a link
+gone), when ZMTP heartbeats find it silent for dead_after_s; a restarted worker, which connects
+only once its model is loaded, then takes the id.
 """
 from __future__ import annotations
 
@@ -37,7 +44,10 @@ class Link:
     def open(self) -> None:
         """Bind the ROUTER; from now on workers can connect."""
         sock = self._zctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted worker takes over its identity
+        # No ROUTER_HANDOVER: with it a newcomer claiming a live worker's id took over its
+        # connection, and the live worker's messages were dropped from then on.
+        sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, round(self.settings.heartbeat_s * 1000)))
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, round(self.settings.dead_after_s * 1000)))
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a vanished worker raises
         sock.setsockopt(zmq.LINGER, 0)
         if self._keys is not None:

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.fleet import Fleet
-from gateway.membership import WorkerState
+from gateway.queues import WorkerQueue
 from shared.messages import SchedulerCounters, SnapshotStats
 
 PHASE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -32,11 +32,11 @@ SNAPSHOT_FIGURES = tuple(f for f in SnapshotStats.__struct_fields__ if f not in 
 class FleetCollector(Collector):
     """Per-worker figures, read from the fleet's state at scrape time."""
 
-    def __init__(self, workers: Callable[[], Iterable[WorkerState]]) -> None:
-        self.workers = workers
+    def __init__(self, queues: Callable[[], Iterable[WorkerQueue]]) -> None:
+        self.queues = queues
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        workers = list(self.workers())
+        queues = list(self.queues())
         up = GaugeMetricFamily("jevfleet_worker_up", "1 while the worker takes requests, 0 draining or down",
                                labels=["worker"])
         queued_tokens = GaugeMetricFamily("jevfleet_worker_queued_tokens",
@@ -60,16 +60,16 @@ class FleetCollector(Collector):
                                   labels=["worker"])
         snapshot = GaugeMetricFamily("jevfleet_snapshot", "Other snapshot figures the worker reports "
                                      "(kept, bytes, reused tokens, ...), by name", labels=["worker", "name"])
-        for w in workers:
-            wid = w.worker_id
-            up.add_metric([wid], 1.0 if w.up else 0.0)
-            queued_tokens.add_metric([wid], w.queued_tokens)
-            queued_reads.add_metric([wid], w.queued_reads)
-            queued_requests.add_metric([wid], w.queued_requests)
-            rate.add_metric([wid], w.tokens_per_s)
+        for q in queues:
+            wid, stats = q.worker_id, q.worker.stats
+            up.add_metric([wid], 1.0 if q.worker.up else 0.0)
+            queued_tokens.add_metric([wid], q.queued_tokens)
+            queued_reads.add_metric([wid], q.queued_reads)
+            queued_requests.add_metric([wid], q.queued_requests)
+            rate.add_metric([wid], q.tokens_per_s)
             for name in SCHEDULER_COUNTERS:
-                scheduler.add_metric([wid, name], getattr(w.stats, name))
-            snaps = w.stats.state_snapshots
+                scheduler.add_metric([wid, name], getattr(stats, name))
+            snaps = stats.state_snapshots
             hits.add_metric([wid], snaps.hits)
             misses.add_metric([wid], snaps.misses)
             if snaps.hits + snaps.misses:
@@ -77,7 +77,7 @@ class FleetCollector(Collector):
             for name in SNAPSHOT_FIGURES:
                 snapshot.add_metric([wid, name], getattr(snaps, name))
         yield GaugeMetricFamily("jevfleet_workers_up", "Workers heartbeating now",
-                                value=sum(1 for w in workers if w.up))
+                                value=sum(1 for q in queues if q.worker.up))
         yield from (up, queued_tokens, queued_reads, queued_requests, rate, scheduler, hits, misses, ratio, snapshot)
 
 
@@ -93,7 +93,7 @@ class Metrics:
                                 buckets=PHASE_BUCKETS_S, registry=self.registry)
         self.batch = Histogram("jevfleet_batch_requests", "Requests in the worker batch that answered a request",
                                buckets=BATCH_BUCKETS, registry=self.registry)
-        self.registry.register(FleetCollector(lambda: list(fleet.workers.values())))
+        self.registry.register(FleetCollector(lambda: list(fleet.queues.values())))
 
     def observe_response(self, route: str, method: str, response: web.StreamResponse) -> None:
         self.requests.labels(route, method, str(response.status)).inc()

@@ -36,9 +36,8 @@ class Tokens:
 
 
 def prepare(body: Any, profile: Profile) -> Prepared:
-    """Lone surrogates, the schema (pydantic, FastAPI-shaped 422), the semantic checks, then the
-    prompt texts."""
-    checks.check_surrogates(body)
+    """The schema (pydantic, FastAPI-shaped 422), the semantic checks (lone surrogates among
+    them), then the prompt texts."""
     request = wire.validate(body)
     state_text = checks.check_request(request, profile)
     return Prepared(request=request, rendered=render(profile, request, state_text))

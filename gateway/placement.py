@@ -6,9 +6,19 @@ reads, so that is safe, and the first answer wins); a worker that drains hands i
 those requests are placed again; one nobody can take waits, parked, for a worker until its
 deadline.
 
+Placement owns the queues (gateway/queues.py: one per worker incarnation) and is their only
+writer; membership (gateway/membership.py) says who is up and reports each worker that leaves or
+enters service, and placement takes back or fills queues in answer. (vLLM's v1 engine splits its
+scheduler the same way: the scheduler owns the requests and their queues, and what it learns of
+the engine's state arrives as reports, never as writes into its structures.)
+
 Invariant (the request lifecycle): an accepted request whose answer is still pending is in
-exactly one place, queued at one worker (`item.worker.inflight`) or parked; then it is done (its
-future holds a result or an error) and is forgotten when its waiting ends. `lifecycle()` checks it.
+exactly one place, queued at one worker (`item.worker.requests`) or parked; then it is done (its
+future holds a result or an error), in no place, and is forgotten when its waiting ends. A queue
+or the parked list holds only requests placement tracks, and the queue of a worker that is down
+is empty. `lifecycle()` checks
+it; with `check` on (the tests' fleets) it runs after every event and a breach is logged and
+counted in /health.
 """
 from __future__ import annotations
 
@@ -16,19 +26,17 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import KeysView, Literal
+from typing import KeysView
 
 from gateway.capacity import NO_WORKER_RETRY_S, Limits, Unavailable, full, refusal, retry_after_s
 from gateway.membership import Membership, WorkerState
+from gateway.queues import Inflight, Stage, WorkerQueue, lifecycle
 from gateway.routing import Work, choose
 from shared.messages import Cancel, Error, ErrorCode, Result, Score, prefix_key, suffix_tokens
 
 log = logging.getLogger("jevfleet.fleet")
 
 RESENDS = 1  # a request whose worker was lost is sent again once
-
-Stage = Literal["queued", "parked", "done"]
 
 
 class WorkerFailed(Exception):
@@ -39,31 +47,24 @@ class WorkerFailed(Exception):
         self.code = code
 
 
-@dataclass(eq=False)
-class Inflight:
-    """One accepted request, from submit until its waiting ends."""
-
-    score: Score
-    work: Work
-    future: asyncio.Future[Result]
-    cost: int = 0  # work.cost(worker) when it was assigned: its share of that worker's queue
-    worker: WorkerState | None = None  # None while parked
-    resends: int = 0
-    lost_at: float = 0.0  # when a worker holding it was lost (monotonic), for the log
-    tried: list[WorkerState] = field(default_factory=list)  # incarnations that lost or returned it
-
-
 class Placement:
-    """The accepted requests and the decisions on where each goes."""
+    """The accepted requests, the workers' queues, and the decisions on where each request goes."""
 
-    def __init__(self, membership: Membership, limits: Limits, *, preamble_tokens: int = 0) -> None:
-        """preamble_tokens: how many tokens every prompt starts with that each worker keeps."""
+    def __init__(self, membership: Membership, limits: Limits, *, preamble_tokens: int = 0,
+                 affinity_memory: int = 64, check: bool = False) -> None:
+        """preamble_tokens: how many tokens every prompt starts with that each worker keeps;
+        affinity_memory: prefixes remembered per worker (routing.PrefixMemory); check: run
+        lifecycle() after every event."""
         self.membership = membership
         self.limits = limits
         self.preamble_tokens = preamble_tokens
-        self.counters = {"resent": 0, "handed_back": 0, "refused": 0, "expired": 0, "cancelled": 0}
+        self.affinity_memory = affinity_memory
+        self.check = check
+        self.counters = {"resent": 0, "handed_back": 0, "refused": 0, "expired": 0, "cancelled": 0,
+                         "lifecycle_checks": 0, "lifecycle_breaches": 0}
         self._inflight: dict[str, Inflight] = {}
         self._parked: list[Inflight] = []
+        self._queues: dict[str, WorkerQueue] = {}  # by worker id: its current incarnation's
 
     def describe(self) -> dict:
         return {**self.counters, "inflight": len(self._inflight), "parked": len(self._parked)}
@@ -72,20 +73,35 @@ class Placement:
     def inflight_ids(self) -> KeysView[str]:
         return self._inflight.keys()
 
+    def queue(self, worker: WorkerState) -> WorkerQueue:
+        """The queue of this incarnation of a worker, made on first use; a restarted worker gets a
+        fresh one (its predecessor's is empty: it was taken down first)."""
+        q = self._queues.get(worker.worker_id)
+        if q is None or q.worker is not worker:
+            assert q is None or not q.requests, f"replaced worker {worker.worker_id} still holds requests"
+            q = self._queues[worker.worker_id] = WorkerQueue(worker, self.affinity_memory)
+        return q
+
+    def queues(self) -> dict[str, WorkerQueue]:
+        """Every member's queue, by worker id (down and draining ones too)."""
+        return {wid: self.queue(w) for wid, w in self.membership.workers.items()}
+
     def lifecycle(self) -> Counter[Stage]:
-        """How many accepted requests are at each stage; raises RuntimeError if one that is
-        pending is in no place or in two (the module's invariant)."""
-        stages: Counter[Stage] = Counter()
-        for rid, item in self._inflight.items():
-            if item.future.done():
-                stages["done"] += 1
-                continue
-            queued = item.worker is not None and item.worker.inflight.get(rid) is item
-            parked = any(p is item for p in self._parked)
-            if queued == parked:
-                raise RuntimeError(f"request {rid} is {'both queued and parked' if queued else 'nowhere'}")
-            stages["queued" if queued else "parked"] += 1
-        return stages
+        """How many accepted requests are at each stage; raises RuntimeError where the module's
+        invariant does not hold (gateway/queues.py lifecycle)."""
+        return lifecycle(self._inflight, self._parked, self._queues.values())
+
+    def _check(self) -> None:
+        """With `check` on: the invariant after an event; a breach is logged and counted, and the
+        gateway goes on (a test that turned the check on asserts the count)."""
+        if not self.check:
+            return
+        self.counters["lifecycle_checks"] += 1
+        try:
+            self.lifecycle()
+        except RuntimeError as exc:
+            self.counters["lifecycle_breaches"] += 1
+            log.error("request lifecycle broken: %s", exc)
 
     def work(self, score: Score) -> Work:
         questions = suffix_tokens(score.suffixes)
@@ -97,14 +113,15 @@ class Placement:
         """Send to a worker and wait for its result, resent elsewhere if that worker is lost.
         Raises Unavailable at once when no worker can take it (429/503), or at its deadline."""
         work = self.work(score)
-        worker = choose(self.membership.workers.values(), work, limits=self.limits)
-        if worker is None:
+        queue = choose(self.queues().values(), work, limits=self.limits)
+        if queue is None:
             raise self._refusal(work.cold)
         loop = asyncio.get_running_loop()
         item = Inflight(score=score, work=work, future=loop.create_future())
         self._inflight[score.request_id] = item
         try:
-            self._assign(worker, item)
+            self._assign(queue, item)
+            self._check()
             try:
                 async with asyncio.timeout_at(loop.time() + max(0.0, score.deadline - time.time())):
                     return await asyncio.shield(item.future)
@@ -116,17 +133,22 @@ class Placement:
 
     def refusal_when_full(self, reserved: int = 0) -> Unavailable | None:
         """The 429 for any request while every queue is full (gateway/capacity.py decides)."""
-        up = self.membership.up()
-        return self._refusal(1) if full(up, self.limits, reserved) else None
+        return self._refusal(1) if full(self._up(), self.limits, reserved) else None
 
     def abandon_all(self, why: str) -> None:
         """Answer every pending request 503 (the gateway is stopping)."""
+        for queue in self._queues.values():
+            queue.take_all()
+        self._parked.clear()
         for item in list(self._inflight.values()):
             if not item.future.done():
                 item.future.set_exception(Unavailable(503, why, NO_WORKER_RETRY_S))
 
+    def _up(self) -> list[WorkerQueue]:
+        return [self.queue(w) for w in self.membership.up()]
+
     def _refusal(self, tokens: int) -> Unavailable:
-        refused = refusal(self.membership.up(), tokens, self.limits)
+        refused = refusal(self._up(), tokens, self.limits)
         if refused.status == 429:
             self.counters["refused"] += 1
         return refused
@@ -140,36 +162,45 @@ class Placement:
         if item.worker is None:
             self._expire(item)
         else:
-            self.membership.send(item.worker, Cancel(request_id=item.score.request_id))
+            self.membership.send(item.worker.worker, Cancel(request_id=item.request_id))
+        self._check()
+
+    def _unplace(self, item: Inflight) -> WorkerQueue | None:
+        """Take a request out of its place, its worker's queue or the parked list, as it is
+        answered; the queue it was in."""
+        queue = item.worker
+        if queue is not None:
+            queue.take(item.request_id)
+        elif item in self._parked:
+            self._parked.remove(item)
+        return queue
 
     def _expire(self, item: Inflight) -> None:
+        self._unplace(item)
         self.counters["expired"] += 1
         item.future.set_exception(Unavailable(503, "the request waited past its deadline",
                                               self._retry_after(item.work.cold)))
 
     def _retry_after(self, tokens: int) -> int:
-        return retry_after_s(self.membership.up(), tokens, self.limits)
+        return retry_after_s(self._up(), tokens, self.limits)
 
-    def _assign(self, worker: WorkerState, item: Inflight) -> None:
-        item.worker = worker
-        item.cost = item.work.cost(worker)
-        worker.inflight[item.score.request_id] = item
-        worker.memory.touch(item.work.key)
-        worker.last_sent = time.monotonic()
-        self.membership.send(worker, item.score)  # if that fails, the worker is marked down and the item resent
+    def _assign(self, queue: WorkerQueue, item: Inflight) -> None:
+        queue.add(item)
+        self.membership.send(queue.worker, item.score)  # a failure takes the worker down later: see worker_down
 
     def _release(self, item: Inflight) -> None:
         """The waiting is over (answered, deadline, or client gone): forget the request, and
         take it out of its worker's queue if it was not answered."""
-        rid = item.score.request_id
+        rid = item.request_id
         self._inflight.pop(rid, None)
         if item in self._parked:
             self._parked.remove(item)
-        worker = item.worker
-        if worker is not None and worker.inflight.pop(rid, None) is not None:
+        queue = item.worker
+        if queue is not None and queue.take(rid) is not None:
             self.counters["cancelled"] += 1
-            if worker.state != "down":
-                self.membership.send(worker, Cancel(request_id=rid))
+            if queue.worker.state != "down":
+                self.membership.send(queue.worker, Cancel(request_id=rid))
+        self._check()
 
     def _place(self, item: Inflight) -> None:
         """Send an accepted request to the best routable worker that has not already lost or
@@ -178,12 +209,12 @@ class Placement:
         if item.score.deadline <= time.time():  # a worker would only answer "expired"
             self._expire(item)
             return
-        worker = choose(self.membership.workers.values(), item.work, limits=self.limits, exclude=item.tried,
-                        ignore_limits=True)
-        if worker is None:
+        queue = choose(self.queues().values(), item.work, limits=self.limits, exclude=item.tried,
+                       ignore_limits=True)
+        if queue is None:
             self._parked.append(item)
         else:
-            self._assign(worker, item)
+            self._assign(queue, item)
 
     def _resend(self, item: Inflight, *, counted: bool) -> None:
         """Place a request whose worker was lost again. Only a confirmed loss (the process is
@@ -202,41 +233,51 @@ class Placement:
         self._place(item)
 
     # --- what membership and the link report ------------------------------------------------
-    def orphaned(self, worker: WorkerState, orphans: list[Inflight], gone: bool) -> None:
-        """`worker` was taken down holding `orphans`: resend them (see _resend)."""
-        now = time.monotonic()
+    def worker_down(self, worker: WorkerState, gone: bool) -> None:
+        """Membership took `worker` out of service: take back its queue and resend each request
+        (see _resend); `gone`: its process or connection is known to be gone."""
+        queue = self._queues.get(worker.worker_id)
+        if queue is None or queue.worker is not worker:
+            return  # it never had a queue, so it held nothing
+        orphans, now = queue.take_all(), time.monotonic()
+        if orphans:
+            log.warning("resending %d requests of worker %s", len(orphans), worker.worker_id)
         for item in orphans:
             if gone:
-                item.tried.append(worker)
+                item.tried.append(queue)
             item.lost_at = now
             self._resend(item, counted=gone)
+        self._check()
 
-    def unpark(self) -> None:
-        """A worker came up: place every parked request again."""
+    def worker_up(self, worker: WorkerState) -> None:
+        """A worker entered service: place every parked request again."""
+        self.queue(worker)
         parked, self._parked = self._parked, []
         for item in parked:
             self._place(item)
+        self._check()
 
     def hand_back(self, worker: WorkerState, request_ids: list[str]) -> None:
         """A draining worker returned these queued requests: place them elsewhere."""
+        queue = self.queue(worker)
         for request_id in request_ids:
-            item = worker.inflight.pop(request_id, None)
+            item = queue.take(request_id)
             if item is not None and not item.future.done():
                 self.counters["handed_back"] += 1
-                item.tried.append(worker)
+                item.tried.append(queue)
                 self._place(item)
+        self._check()
 
     def on_answer(self, identity: bytes, msg: Result | Error) -> None:
         """A worker's Result or Error: the first answer to a request wins."""
         item = self._inflight.get(msg.request_id)
         if item is None or item.future.done():
             return  # answered already, given up, or the client left
-        owner = item.worker
-        if owner is not None:
-            owner.inflight.pop(msg.request_id, None)
-        answered_by = self.membership.sender(identity)
-        if owner is not None and answered_by is not owner and owner.state != "down":
-            self.membership.send(owner, Cancel(request_id=msg.request_id))  # an earlier holder was faster
+        owner = self._unplace(item)  # a late answer may find it parked
+        sender = self.membership.sender(identity)
+        answered_by = None if sender is None else self.queue(sender)
+        if owner is not None and answered_by is not owner and owner.worker.state != "down":
+            self.membership.send(owner.worker, Cancel(request_id=msg.request_id))  # an earlier holder was faster
         if isinstance(msg, Result):
             if answered_by is not None:
                 answered_by.served += 1
@@ -253,3 +294,4 @@ class Placement:
             self._expire(item)
         else:
             item.future.set_exception(WorkerFailed(msg.code, msg.message))
+        self._check()

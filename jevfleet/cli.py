@@ -16,7 +16,8 @@ from shared.config import (CONFIG_ENV, DEFAULT_CONFIG, PROJECT_ROOT, Settings, S
                            load_settings)
 from shared.profiles import HEAD_CHOICES
 
-CALIBRATION_SETS = ("eval/yesno.jsonl", "eval/generated.jsonl")  # hand-written + templated (eval/README.md)
+# Every labelled set (eval/README.md): hand-written, templated same-words pairs, plain decisions.
+QUALITY_SETS = ("eval/yesno.jsonl", "eval/generated.jsonl", "eval/choice_score.jsonl", "eval/plain.jsonl")
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
@@ -60,9 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--head", choices=tuple(HEAD_CHOICES), default="profile",
                           help="in-process: the profile's learned head as its [head] says, or on / off")
     calibrate = sub.add_parser("calibrate", help="fit the profile's [calibration] scale/bias on the fit half")
-    calibrate.add_argument("--set", dest="set_path", nargs="+", default=list(CALIBRATION_SETS),
+    calibrate.add_argument("--set", dest="set_path", nargs="+", default=list(QUALITY_SETS),
                            help="labeled JSONL set(s) with fit/test splits; their yes/no items are used "
-                                "(default eval/yesno.jsonl eval/generated.jsonl)")
+                                "(default: every set in eval/)")
+    calibrate.add_argument("--tag", default="", help="fit on the items of this tag (straightforward, adversarial "
+                           "or all; default straightforward where the set has such items, else all)")
     calibrate.add_argument("--out", default="", help="also write before/after reports into this directory")
     calibrate.add_argument("--dry-run", action="store_true", help="report only; leave the profile unchanged")
     calibrate.add_argument("--head", action="store_true", help="fit the learned yes/no head instead "
@@ -121,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return commands.run_eval(settings, set_path=args.set_path, url=args.url, split=args.split, out=args.out,
                                      head=args.head)
         return commands.run_calibrate(settings, set_path=args.set_path, out=args.out, dry_run=args.dry_run,
-                                      head=args.head)
+                                      head=args.head, tag=args.tag)
     if args.command == "decide":
         from jevfleet.decide import decide_file, decide_jsonl
 

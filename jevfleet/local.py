@@ -38,6 +38,7 @@ class Answer:
     body: dict[str, Any]  # its JSON body: the answer, or the error
     margins: list[float] = field(default_factory=list)  # raw yes−no margin of each yes/no job (none on error)
     features: dict[int, Any] = field(default_factory=dict)  # job -> captured logits (engine.readout.capture)
+    reference: dict[int, Any] = field(default_factory=dict)  # job -> llama.cpp's logits there (Job.reference)
 
 
 @dataclass
@@ -101,7 +102,8 @@ class LocalDecider:
             waiting = self._waiting.pop(msg.request_id)
         if isinstance(msg, Result):
             body = pipeline.respond(self.profile, waiting.prepared, waiting.tokens, msg.margins).model_dump(mode="json")
-            waiting.future.set_result(Answer(200, body, list(msg.margins), dict(waiting.job.features)))
+            waiting.future.set_result(Answer(200, body, list(msg.margins), dict(waiting.job.features),
+                                             dict(waiting.job.reference)))
         elif isinstance(msg, Error):
             waiting.future.set_result(Answer(500, {"detail": f"engine error: {msg.message}"}))
 

@@ -11,9 +11,9 @@ import numpy as np
 from quality.calibration import fit_platt, recalibrated, write_calibration, write_section
 from quality.evaluate import Report, ask_all, describe, make_report, write_report
 from quality.head import feature_ids, fit_head
-from quality.items import load_set
+from quality.items import Item, load_set
 from quality.local import LocalRunner
-from quality.metrics import Outcome
+from quality.metrics import Outcome, brier_skill
 from quality.remote import RemoteRunner
 from shared.config import Settings
 from shared.profiles import HEAD_CHOICES, Profile, load_profile
@@ -49,12 +49,27 @@ def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, o
     return 0 if outcomes else 1
 
 
-def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run: bool, head: bool = False) -> int:
+def fit_tag(items: list[Item], tag: str) -> str:
+    """The tag calibration fits on: as asked, or by default the plainly worded items where the set
+    has them (what most traffic looks like), else every item ("all")."""
+    if tag:
+        return tag
+    return "straightforward" if any(i.tag == "straightforward" for i in items) else "all"
+
+
+def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run: bool, head: bool = False,
+                  tag: str = "") -> int:
+    """Fit scale and bias on the fit split's yes/no items of one tag, report the test split per
+    kind and tag, and write them into the profile unless the fit has no Brier skill on the test
+    split's items of that tag (then exit 2: a flat line would be shipped)."""
     items = [i for i in load_set(set_path) if i.type == "noul"]
-    fit_ids = {i.id for i in items if i.split == "fit"}
+    tag = fit_tag(items, tag)
+    chosen = [i for i in items if tag == "all" or i.tag == tag]
+    fit_ids = {i.id for i in chosen if i.split == "fit"}
     test_ids = {i.id for i in items if i.split == "test"}
-    if not fit_ids or not test_ids:
-        print("jevfleet calibrate: the set needs yes/no items in both a fit and a test split", file=sys.stderr)
+    if not fit_ids or not {i.id for i in chosen if i.split == "test"}:
+        print(f"jevfleet calibrate: the set needs yes/no items tagged {tag!r} in both a fit and a test split",
+              file=sys.stderr)
         return 2
     runner = LocalRunner(settings, load_profile(settings.profile, head=False))
     profile = runner.profile
@@ -69,13 +84,19 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
     test = [o for o in outcomes if o.id in test_ids]
     scale, bias = fit_platt(np.array([o.margin for o in fit]), np.array([o.answer == 0 for o in fit]))
     _warn_if_flat("margin", scale)
-    before = make_report(f"test half, before: scale={profile.scale:g} bias={profile.bias:g}", test, skipped)
-    after = make_report(f"test half, after: scale={scale:.4f} bias={bias:.4f} (fitted on {len(fit)} fit items)",
-                        recalibrated(profile, test, scale, bias))
+    before = make_report(f"test split, before: scale={profile.scale:g} bias={profile.bias:g}", test, skipped)
+    after = make_report(f"test split, after: scale={scale:.4f} bias={bias:.4f} (fitted on {len(fit)} fit items, "
+                        f"tag {tag})", recalibrated(profile, test, scale, bias))
     _finish(before, str(Path(out) / "before") if out else "")
     print()
     _finish(after, str(Path(out) / "after") if out else "")
     learned = _fit_head(profile, runner, fit, test, out) if head else None
+    skill = brier_skill([o for o in recalibrated(profile, test, scale, bias) if tag == "all" or o.tag == tag])
+    if not skill > 0:
+        print(f"jevfleet calibrate: refused: the fit has Brier skill {skill:.3f} on the test split's {tag} items "
+              "(no better than always answering their base rate), so every answer would be a flat line; "
+              f"{profile.source} left unchanged", file=sys.stderr)
+        return 2
     if dry_run:
         print(f"\n--dry-run: {profile.source} left unchanged")
         return 0

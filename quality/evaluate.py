@@ -42,10 +42,14 @@ def make_report(title: str, outcomes: list[Outcome], skipped: list[Skipped] = ()
 
 
 def table(summaries: list[Summary]) -> str:
-    lines = [f"{'kind':<12} {'n':>4} {'accuracy':>9} {'AUC':>6} {'Brier':>7} {'ECE':>7}"]
+    """One row per group: AUC (yes/no items only), Brier, its skill over the reference answer,
+    ECE, and the p10–p90 range of the answers given."""
+    lines = [f"{'group':<22} {'n':>5} {'accuracy':>9} {'AUC':>6} {'Brier':>7} {'skill':>7} {'ECE':>6} {'p10-p90':>11}"]
     for s in summaries:
         auc = "" if s.auc != s.auc else f"{s.auc:.3f}"  # no AUC for choice/score groups
-        lines.append(f"{s.name:<12} {s.n:>4} {s.accuracy:>9.3f} {auc:>6} {s.brier:>7.3f} {s.ece:>7.3f}")
+        skill = "" if s.skill != s.skill else f"{s.skill:.3f}"
+        lines.append(f"{s.name:<22} {s.n:>5} {s.accuracy:>9.3f} {auc:>6} {s.brier:>7.3f} {skill:>7} {s.ece:>6.3f}"
+                     f" {s.p10:>5.2f}-{s.p90:<5.2f}")
     return "\n".join(lines)
 
 

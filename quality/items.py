@@ -26,6 +26,7 @@ class Item:
     criteria: Any  # None for noul; {option: description} for choice; [levels] for score
     answer: Any  # bool for noul; the option name for choice; the level index for score
     split: str
+    tag: str = ""  # straightforward (the text states the answer plainly) | adversarial (eval/README.md)
 
     def request(self, model: str = "jev-latest") -> dict[str, Any]:
         """The request body a client would send for this item."""
@@ -50,6 +51,16 @@ class Item:
         return self.labels.index(str(self.answer))
 
 
+TAGS = ("straightforward", "adversarial")
+
+
+def _tag(row: dict[str, Any]) -> str:
+    tag = row.get("tag", "")
+    if tag not in ("", *TAGS):
+        raise ValueError(f"tag must be one of {', '.join(TAGS)} (or left out), not {tag!r}")
+    return tag
+
+
 def _item(row: dict[str, Any], where: str) -> Item:
     try:
         kind = row.get("type", "noul")
@@ -57,11 +68,11 @@ def _item(row: dict[str, Any], where: str) -> Item:
             if not isinstance(row["answer"], bool):
                 raise ValueError("a yes/no answer must be true or false")
             return Item(id=row["id"], kind=row["kind"], type="noul", state=row["state"], question=row["question"],
-                        criteria=None, answer=row["answer"], split=row.get("split", ""))
+                        criteria=None, answer=row["answer"], split=row.get("split", ""), tag=_tag(row))
         if kind not in ("choice", "score"):
             raise ValueError(f"unknown type {kind!r}")
         item = Item(id=row["id"], kind=row.get("kind", kind), type=kind, state=row["state"], question=row.get("instructions"),
-                    criteria=row["criteria"], answer=row["answer"], split=row.get("split", ""))
+                    criteria=row["criteria"], answer=row["answer"], split=row.get("split", ""), tag=_tag(row))
         item.answer_index  # the answer must be one of the options
         return item
     except KeyError as exc:
@@ -96,7 +107,8 @@ def outcome(item: Item, answer: dict[str, Any], margin: float | None = None) -> 
         probs: tuple[float, ...] = (p, 1.0 - p)
     else:
         probs = tuple(float(answer["probabilities"][label]) for label in item.labels)
-    return Outcome(id=item.id, kind=item.kind, type=item.type, probs=probs, answer=item.answer_index, margin=margin)
+    return Outcome(id=item.id, kind=item.kind, type=item.type, probs=probs, answer=item.answer_index, margin=margin,
+                   tag=item.tag)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ class LocalRunner:
         self.profile, self.tokenizer, self.engine = self.decider.profile, self.decider.tokenizer, self.decider.engine
         self.features: dict[str, Any] = {}  # yes/no item id -> captured logits (engine.readout.capture)
         self.margins: dict[str, list[float]] = {}  # item id -> the raw margin of each of its jobs
+        self.reference: dict[str, Any] = {}  # yes/no item id -> llama.cpp's logits there (Job.reference)
 
     def ask(self, items: list[Item], progress: Callable[[int], None] = lambda n: None) -> list[Outcome | Skipped]:
         """One Outcome (or Skipped) per item, in order; progress(1) after every item."""
@@ -42,6 +43,8 @@ class LocalRunner:
                 margin = answer.margins[0]
                 if answer.features:
                     self.features[item.id] = answer.features[0]
+                if answer.reference:
+                    self.reference[item.id] = answer.reference[0]
             results.append(outcome(item, answer.body["answers"][QUESTION_ID], margin))
         return results
 

@@ -25,6 +25,7 @@ class Outcome:
     probs: tuple[float, ...]  # yes/no: (P(yes), P(no)); choice/score: one per option
     answer: int  # index into probs
     margin: float | None = None  # the raw yes−no logit margin (in-process yes/no items)
+    tag: str = ""  # the item's tag (straightforward | adversarial), "" if untagged
 
     def event(self) -> tuple[float, bool]:
         """(forecast probability, whether the event happened) for reliability bins."""
@@ -66,6 +67,13 @@ class Summary:
     ece: float
     bins: list[Bin]
     auc: float = float("nan")  # of P(yes), over the group's yes/no items (nan without both answers)
+    skill: float = float("nan")  # Brier skill: 1 − Brier / Brier of the reference answer (see brier_skill)
+    p10: float = float("nan")  # the 10th and 90th percentiles of the answers given: P(yes) for yes/no
+    p90: float = float("nan")  # items, else the top option's probability; p90 − p10 is their spread
+
+    @property
+    def spread(self) -> float:
+        return self.p90 - self.p10
 
 
 def reliability(p: np.ndarray, hit: np.ndarray, bins: int = BINS) -> list[Bin]:
@@ -90,23 +98,42 @@ def ece(bins: list[Bin]) -> float:
     return sum(b.count / total * abs(b.mean_p - b.frequency) for b in bins if b.count)
 
 
+def brier_skill(outcomes: list[Outcome]) -> float:
+    """1 − Brier / Brier of a reference that knows nothing about the text: for yes/no items the
+    group's base rate (always answering the share of yes), for choice/score items the uniform
+    answer. 0 = no better than the reference, 1 = perfect, < 0 = worse; nan if the reference is
+    itself perfect (a group with one answer only)."""
+    noul = np.array([o.answer == 0 for o in outcomes if o.type == "noul"], dtype=float)
+    reference = [float(noul.mean() * (1 - noul.mean()))] * len(noul)
+    reference += [1.0 - 1.0 / len(o.probs) for o in outcomes if o.type != "noul"]
+    ref = float(np.mean(reference))
+    return 1.0 - float(np.mean([o.brier for o in outcomes])) / ref if ref > 0 else float("nan")
+
+
 def summarize(name: str, outcomes: list[Outcome], bins: int = BINS) -> Summary:
     events = [o.event() for o in outcomes]
     p = np.array([e[0] for e in events], dtype=float)
     hit = np.array([e[1] for e in events], dtype=float)
     table = reliability(p, hit, bins)
     noul = [o for o in outcomes if o.type == "noul"]
+    given = np.array([o.probs[0] for o in noul] if noul else p)
     return Summary(name=name, n=len(outcomes), accuracy=float(np.mean([o.correct for o in outcomes])),
                    brier=float(np.mean([o.brier for o in outcomes])), ece=ece(table), bins=table,
-                   auc=auc(np.array([o.probs[0] for o in noul]), np.array([o.answer == 0 for o in noul])))
+                   auc=auc(np.array([o.probs[0] for o in noul]), np.array([o.answer == 0 for o in noul])),
+                   skill=brier_skill(outcomes), p10=float(np.percentile(given, 10)), p90=float(np.percentile(given, 90)))
 
 
 def by_kind(outcomes: list[Outcome], bins: int = BINS) -> list[Summary]:
-    """One summary per kind (in first-seen order), then "overall"."""
+    """One summary per kind (in first-seen order), then one per tag ("tag straightforward", ...)
+    when the items carry tags, then "overall"."""
     groups: dict[str, list[Outcome]] = defaultdict(list)
+    tags: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         groups[o.kind].append(o)
+        if o.tag:
+            tags[f"tag {o.tag}"].append(o)
     rows = [summarize(kind, group, bins) for kind, group in groups.items()]
+    rows += [summarize(tag, group, bins) for tag, group in tags.items()]
     return rows + [summarize("overall", outcomes, bins)]
 
 

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
                                                               "longer than the least loaded one")
     affinity_memory: int = Field(64, ge=0, description="state prefixes the gateway remembers sending to each "
                                                        "worker, until its heartbeats list them")
+    check_lifecycle: int = Field(0, ge=0, le=1, description="gateway: 1 = check after every event that each "
+                                 "pending request is queued at one worker or parked, never both (the "
+                                 "tests' fleets); a breach is logged and counted in /health")
     curve_key: str = Field("", description="this process's CURVE secret key file (from jevfleet keys); "
                                            "required when the endpoint is not loopback")
     curve_server_key: str = Field("", description="worker: the gateway's CURVE public key file")

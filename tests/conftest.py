@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from jevfleet.harness.fleet import Fleet, start_fleet
+from jevfleet.harness.fleet import CHECKED, Fleet, start_fleet
 from tests import tiers
 from tests.inprocess import InProcessGateway
 
@@ -30,9 +30,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     """One real fleet (supervisord, gateway, one worker, the real model) shared by the
     black-box tests that only read from it."""
-    f = start_fleet(tmp_path_factory.mktemp("fleet"), workers=1)
+    f = start_fleet(tmp_path_factory.mktemp("fleet"), workers=1, extra=CHECKED)
     yield f
     assert f.stop() == 0, f.logs()
+    assert not f.lifecycle_breaches()
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +42,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> InProcessGateway:
     g = InProcessGateway(tmp_path_factory.mktemp("gateway"))
     yield g
     g.stop()
+    assert g.fleet.counters["lifecycle_checks"] > 0 and g.fleet.counters["lifecycle_breaches"] == 0
 
 
 @pytest.fixture(scope="session")

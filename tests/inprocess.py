@@ -50,7 +50,7 @@ class InProcessGateway:
 
     def __init__(self, run_dir: Path, *, api_key: str = "") -> None:
         self.settings = default_settings(workers=1, run_dir=str(run_dir), endpoint=f"ipc://{run_dir}/w.ipc",
-                                         heartbeat_s=0.05, dead_after_s=1.0, profile=PROFILE)
+                                         heartbeat_s=0.05, dead_after_s=1.0, profile=PROFILE, check_lifecycle=1)
         self.api_key = api_key
         self.model_file = run_dir / "model.gguf"  # /health reports its SHA-256; nothing reads it as a model
         self.model_file.write_bytes(b"GGUF stand-in")

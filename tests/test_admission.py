@@ -1,11 +1,12 @@
 """gateway/admission.py with the real Fleet over ZeroMQ: a worker that does not serve the gateway's
-model is refused at registration, gets no work, and /health lists it; and a real fleet refuses a
-worker started in another mode."""
+model is refused at registration, gets no work, and /health lists it; a newcomer claiming a live
+worker's id cannot displace it; and a real fleet refuses a worker started in another mode."""
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import sys
+import time
 
 import pytest
 import zmq.asyncio
@@ -58,10 +59,37 @@ def test_a_worker_of_another_mode_never_joins_and_gets_no_request(tmp_path):
                 for _ in range(4):
                     await good.answer(await good.recv())
                 await asyncio.gather(*submitted)
-                assert fleet.workers["good"].served == 4
+                assert fleet.queues["good"].served == 4
                 assert await wrong.nothing_for(0.2)
             finally:
                 wrong.close()
+                ctx.term()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("serves", [FAST, GATEWAY], ids=["refused", "admissible"])
+def test_a_newcomer_claiming_a_live_workers_id_is_never_heard_and_cannot_displace_it(tmp_path, serves):
+    """Before, the ROUTER handed the id over: the live worker's messages were dropped from then
+    on and the newcomer's READY took it down as "restarted"."""
+    async def scenario():
+        async with running(settings(tmp_path)) as (fleet, worker):
+            fleet.membership.admission = Admission(GATEWAY)
+            live = await worker("a", pid=100, serves=GATEWAY)
+            ctx = zmq.asyncio.Context()
+            newcomer = await ScriptedWorker(ctx, fleet.endpoint, "a", pid=200, serves=serves).start()
+            try:
+                started = time.monotonic()  # the newcomer has said READY and beats every 0.05 s
+                await until(lambda: fleet.workers["a"].last_seen > started + 0.5, "the live worker heard after 10 "
+                            "of the newcomer's beats")
+                assert (fleet.workers["a"].pid, fleet.workers["a"].state) == (100, "up")
+                assert fleet.admission.describe(60) == []  # never heard: nothing to refuse
+                task = asyncio.create_task(fleet.submit(score("r1")))
+                await live.answer(await live.recv(), margin=3.0)
+                assert (await task).margins == [3.0]
+                assert await newcomer.nothing_for(0.2)
+            finally:
+                newcomer.close()
                 ctx.term()
 
     run(scenario())

@@ -8,8 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.load import states
 from jevfleet.harness.net import http, post_json
 from shared.messages import SnapshotStats, WorkerStats
+from tests.test_metrics import families, sample
 
 README_EXAMPLE = {
     "model": "jev-latest",
@@ -61,12 +63,32 @@ def test_clear_cut_yes_states_score_higher_than_no_states(fleet):
     assert sum(wins) >= 5, wins
 
 
+def answers_by_batch_size(fleet: Fleet) -> tuple[float, float]:
+    """How many answers so far ran in a batch of one, and in a batch of at most two (/metrics)."""
+    fams = families(http("GET", fleet.url + "/metrics")[2].decode())
+    return tuple(sample(fams, "jevfleet_batch_requests", "jevfleet_batch_requests_bucket", le=le)
+                 for le in ("1.0", "2.0"))
+
+
 @pytest.mark.fleet
 def test_concurrent_requests_each_get_their_own_answer(fleet):
-    (q, yes, no), _ = CLEAR_PAIRS[2], None
+    """Two requests read in one batch get the answers each got alone."""
+    q, yes, no = CLEAR_PAIRS[2]
     alone = {yes: ask(fleet, yes, q), no: ask(fleet, no, q)}
-    with ThreadPoolExecutor(2) as pool:
-        together = dict(zip((yes, no), pool.map(lambda s: ask(fleet, s, q), (yes, no))))
+    (blocker,) = states(1, tag="blocker ", words=350)  # about 450 tokens, over a batch's 384: read alone
+    before = answers_by_batch_size(fleet)
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(ask, fleet, blocker, q)
+        fleet.wait_for(lambda h: h["fleet"]["inflight"] == 1, "the blocker sent")
+        pair = [pool.submit(ask, fleet, state, q) for state in (yes, no)]
+        # both at the worker (its own count, the running batch included) while the blocker is
+        # unanswered: the worker's next batch takes them together
+        fleet.wait_for(lambda h: h["fleet"]["inflight"] == 3 and h["workers"][0]["stats"]["queued_requests"] == 3,
+                       "the pair queued behind the blocker")
+        together = {yes: pair[0].result(), no: pair[1].result()}
+        first.result()
+    after = answers_by_batch_size(fleet)
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 3)  # the blocker alone, the pair as a batch of 2
     assert together == alone  # deterministic mode: batch mates do not change an answer
 
 

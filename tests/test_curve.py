@@ -56,13 +56,18 @@ def test_only_workers_with_an_accepted_key_can_join(tmp_path):
         fleet = Fleet(gw)
         await fleet.start()
         ctx = zmq.asyncio.Context()
-        workers = [ScriptedWorker(ctx, endpoint, "known", keys=worker_keys(client("keys"))),
-                   ScriptedWorker(ctx, endpoint, "stranger", keys=worker_keys(client("stranger"))),
-                   ScriptedWorker(ctx, endpoint, "plain")]
+        workers = [ScriptedWorker(ctx, endpoint, "known", keys=worker_keys(client("keys")), watch_handshake=True),
+                   ScriptedWorker(ctx, endpoint, "stranger", keys=worker_keys(client("stranger")),
+                                  watch_handshake=True),
+                   ScriptedWorker(ctx, endpoint, "plain", watch_handshake=True)]
         try:
             for w in workers:
                 await w.start()
-            await asyncio.sleep(0.5)
+            # the link refused the other two (their frames can never arrive), and let "known" in
+            assert [await w.handshake() for w in workers] == [True, False, False]
+            async with asyncio.timeout(3):
+                while "known" not in fleet.workers:
+                    await asyncio.sleep(0.01)
             assert sorted(fleet.workers) == ["known"]
         finally:
             for w in workers:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import math
 import re
+import socket
 import sys
 import zlib
 
@@ -151,6 +153,37 @@ def test_unknown_content_encoding_is_a_json_400(gateway):
     assert status == 400 and "'br'" in body["detail"]
 
 
+def exchange(server, claimed: int, body: bytes, *, half_close: bool) -> bytes:
+    """A POST whose Content-Length is `claimed`, written byte for byte on a fresh socket; all the
+    server sends until it closes."""
+    host, port = server.url.rsplit("/", 1)[-1].rsplit(":", 1)
+    head = (f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {claimed}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head + body)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while data := sock.recv(65536):
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+def test_a_lying_content_length_is_refused_without_a_traceback(gateway, caplog):
+    """aiohttp's parser, not the app, meets these (docs/wire.md, Other statuses): bytes past the
+    claimed length get its own 400 (text/plain); a body cut short by a client that then
+    half-closes cannot be answered, since aiohttp closes the connection on that end of input.
+    Neither is worth a traceback in the log."""
+    caplog.set_level(logging.INFO)
+    body = encoded(SMALL)
+    reply = exchange(gateway, len(body) - 5, body, half_close=False)
+    assert reply.split(b"\r\n", 1)[0] in (b"HTTP/1.0 400 Bad Request", b"HTTP/1.1 400 Bad Request"), reply[:200]
+    assert exchange(gateway, len(body) + 10, body, half_close=True) == b""
+    assert [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "aiohttp.server"]
+    assert line.endswith("answered 400: BadHttpMessage: Data after `Connection: close`:")
+
+
 @pytest.mark.parametrize("raw", [b'{"model": "\xff"}', b'{"n": ' + b"9" * 4301 + b"}"])
 def test_not_utf8_or_an_integer_over_4300_digits_is_a_400(gateway, raw):
     assert post(gateway, raw)[::2] == (400, {"detail": "There was an error parsing the body"})
@@ -158,16 +191,27 @@ def test_not_utf8_or_an_integer_over_4300_digits_is_a_400(gateway, raw):
 
 def test_nan_and_lone_surrogates_get_the_reference_servers_exact_bytes(gateway):
     raw = encoded(SMALL).replace(b'"questions"', b'"x": [NaN], "questions"')
-    assert http("POST", gateway.url + PATH, raw, JSON)[::2] == (422, b'{"detail":[{"loc":["body"],"msg":"Out of '
-                                                                    b'range float values are not JSON compliant: nan",'
-                                                                    b'"type":"value_error"}]}')
-    raw = encoded({**SMALL, "state": "ab@"}).replace(b"@", b"\\ud800")
+    assert http("POST", gateway.url + PATH, raw, JSON)[::2] == (422, b'{"detail":[{"loc":["body"],"msg":"Value error, '
+                                                                    b'Out of range float values are not JSON compliant: '
+                                                                    b'nan","type":"value_error"}]}')
+    raw = encoded({**SMALL, "state": "ab@"}).replace(b"@", b"\\ud800")  # at 3 in "ab\ud800" as JSON
     assert http("POST", gateway.url + PATH, raw, JSON)[::2] == (422, (
         b'{"detail":[{"loc":["body"],"msg":"Value error, \'utf-8\' codec can\'t encode character \'\\\\ud800\' in '
-        b'position 2: surrogates not allowed","type":"value_error"}]}'))
+        b'position 3: surrogates not allowed","type":"value_error"}]}'))
     status, _, body = http("POST", gateway.url + PATH, encoded({**SMALL, "questions": {"q@": {"type": "noul"}}})
                            .replace(b"@", b"\\ud800"), JSON)
     assert status == 200 and len(json.loads(body)["answers"]) == 1  # in a question id it is answered
+
+
+def test_an_empty_state_an_unknown_model_and_a_long_noul_criterion_get_the_reference_servers_bytes(gateway):
+    assert http("POST", gateway.url + PATH, encoded({**UNKNOWN_MODEL, "state": " "}), JSON)[::2] == (422, (
+        b'{"detail":[{"loc":["body"],"msg":"Value error, State must not be empty","type":"value_error"},{"loc":["body",'
+        b'"model"],"msg":"Unknown model \'gpt-4\': this server answers as \'gemma-3-270m\' and accepts any \'jev-*\' '
+        b'alias","type":"value_error"}]}'))
+    long_true = {**SMALL, "questions": {"q": {"type": "noul", "criteria": {"true": "x" * 7996}}}}
+    assert http("POST", gateway.url + PATH, encoded(long_true), JSON)[::2] == (422, (
+        b'{"detail":[{"loc":["body","questions","q","boolean","true_description"],"msg":"String should have at most '
+        b'8000 characters","type":"string_too_long"}]}'))
 
 
 def test_body_not_json_is_the_byte_exact_json_invalid_error(gateway):

@@ -14,7 +14,7 @@ import pytest
 from jevfleet.cli import main
 from quality.calibration import fit_platt, write_calibration
 from quality.items import Skipped, load_set
-from quality.metrics import BINS, Outcome, auc, by_kind, summarize
+from quality.metrics import BINS, Outcome, auc, brier_skill, by_kind, summarize
 from quality.remote import RemoteRunner
 from shared.config import PROJECT_ROOT
 from shared.profiles import load_profile
@@ -22,6 +22,7 @@ from shared.profiles import load_profile
 YESNO = PROJECT_ROOT / "eval" / "yesno.jsonl"
 CHOICE_SCORE = PROJECT_ROOT / "eval" / "choice_score.jsonl"
 GENERATED = PROJECT_ROOT / "eval" / "generated.jsonl"
+PLAIN = PROJECT_ROOT / "eval" / "plain.jsonl"
 
 
 def noul(p: float, yes: bool, kind: str = "k") -> Outcome:
@@ -67,6 +68,32 @@ def test_summaries_per_kind_then_overall():
     rows = by_kind([noul(0.9, True, "a"), noul(0.8, False, "b"), noul(0.3, False, "a")])
     assert [(r.name, r.n) for r in rows] == [("a", 2), ("b", 1), ("overall", 3)]
     assert rows[0].accuracy == 1.0 and rows[1].accuracy == 0.0
+
+
+def test_summaries_per_tag_come_after_the_kinds():
+    tagged = [dataclasses.replace(noul(0.9, True, "a"), tag="straightforward"),
+              dataclasses.replace(noul(0.8, False, "b"), tag="adversarial"),
+              dataclasses.replace(noul(0.2, False, "a"), tag="straightforward")]
+    rows = by_kind(tagged)
+    assert [(r.name, r.n) for r in rows] == [("a", 2), ("b", 1), ("tag straightforward", 2), ("tag adversarial", 1),
+                                             ("overall", 3)]
+
+
+def test_brier_skill_is_against_the_base_rate_for_yes_no_and_uniform_for_choice():
+    # yes/no: base rate 0.5, reference Brier 0.25; these answers' Brier (0.01 + 0.04) / 2 = 0.025
+    assert brier_skill([noul(0.9, True), noul(0.2, False)]) == pytest.approx(1 - 0.025 / 0.25)
+    assert brier_skill([noul(0.5, True), noul(0.5, False)]) == pytest.approx(0.0)
+    assert brier_skill([noul(0.1, True), noul(0.9, False)]) < 0  # worse than answering the base rate
+    # 3 yes of 4: the base rate's Brier is 0.75 · 0.25; answering 0.75 to every item has no skill
+    assert brier_skill([noul(0.75, True)] * 3 + [noul(0.75, False)]) == pytest.approx(0.0)
+    uniform = Outcome(id="c", kind="c", type="choice", probs=(1 / 3,) * 3, answer=1)
+    assert brier_skill([uniform]) == pytest.approx(0.0)
+    assert math.isnan(brier_skill([noul(0.9, True), noul(0.8, True)]))  # one answer only: no reference
+
+
+def test_the_spread_is_the_p10_to_p90_range_of_the_answers():
+    s = summarize("all", [noul(p / 10, p % 2 == 0) for p in range(11)])
+    assert (s.p10, s.p90) == pytest.approx((0.1, 0.9)) and s.spread == pytest.approx(0.8)
 
 
 def test_auc_counts_pairs_ranked_right_and_ties_as_half():
@@ -166,7 +193,7 @@ def local_report(small_set, tmp_path_factory):
 @pytest.mark.model
 def test_eval_in_process_writes_the_report_and_png(local_report):
     summary = json.loads((local_report / "summary.json").read_text())
-    assert [s["name"] for s in summary["summaries"]] == ["fact", "choice", "score", "overall"]
+    assert [s["name"] for s in summary["summaries"]] == ["fact", "choice", "score", "tag adversarial", "overall"]
     overall = summary["summaries"][-1]
     assert overall["n"] == 8 and 0 <= overall["brier"] <= 2 and not summary["skipped"]
     assert (local_report / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -176,28 +203,51 @@ def test_eval_in_process_writes_the_report_and_png(local_report):
     assert "overall" in (local_report / "summary.txt").read_text()
 
 
-@pytest.mark.model
-def test_calibrate_fits_on_the_fit_half_and_rewrites_the_profile(small_set, tmp_path, capsys):
+def plain_rows(kind: str, n: int) -> str:
+    """The first n yes/no items of one kind of eval/plain.jsonl (scenarios alternate fit/test)."""
+    return "".join([x for x in PLAIN.read_text().splitlines(keepends=True) if f'"kind": "{kind}"' in x][:n])
+
+
+def profile_copy(tmp_path):
     profile = tmp_path / "copy.toml"
     shutil.copy(PROJECT_ROOT / "conf" / "models" / "gemma-3-270m.toml", profile)
+    return profile
+
+
+@pytest.mark.model
+def test_calibrate_fits_on_the_fit_split_and_rewrites_the_profile(tmp_path, capsys):
+    small = tmp_path / "plain.jsonl"
+    small.write_text(plain_rows("where", 40))
+    profile = profile_copy(tmp_path)
     original = load_profile(str(profile))
-    assert main(["calibrate", "--set", str(small_set), "--profile", str(profile), "--out", str(tmp_path)]) == 0
+    assert main(["calibrate", "--set", str(small), "--profile", str(profile), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "test half, before" in out and "test half, after" in out
+    assert "test split, before" in out and "test split, after" in out and "tag straightforward" in out
     fitted = load_profile(str(profile))
     assert (fitted.scale, fitted.bias) != (original.scale, original.bias)
     assert (tmp_path / "after" / "reliability.png").exists()
 
 
 @pytest.mark.model
+def test_calibrate_refuses_a_fit_without_skill_and_leaves_the_profile(tmp_path, capsys):
+    """Same-words pairs the model cannot read: the fit is a flat line, which calibrate refuses."""
+    small = tmp_path / "pairs.jsonl"
+    small.write_text("".join([x for x in GENERATED.read_text().splitlines(keepends=True)
+                              if '"kind": "comparison"' in x][:24]))
+    profile = profile_copy(tmp_path)
+    before = profile.read_bytes()
+    assert main(["calibrate", "--set", str(small), "--profile", str(profile)]) == 2
+    assert "refused: the fit has Brier skill" in capsys.readouterr().err
+    assert profile.read_bytes() == before
+
+
+@pytest.mark.model
 def test_calibrate_head_writes_a_head_that_eval_applies_bit_identically(tmp_path, capsys):
     """calibrate --head fits on the fit half and scores the test half from captured logit
     columns; eval --head on answers through the worker's readout: the same margins exactly."""
-    rows = [line for line in GENERATED.read_text().splitlines(keepends=True) if '"kind": "ticket"' in line][:40]
-    small = tmp_path / "tickets.jsonl"
-    small.write_text("".join(rows))
-    profile = tmp_path / "copy.toml"
-    shutil.copy(PROJECT_ROOT / "conf" / "models" / "gemma-3-270m.toml", profile)
+    small = tmp_path / "topics.jsonl"
+    small.write_text(plain_rows("topic", 40))
+    profile = profile_copy(tmp_path)
     assert main(["calibrate", "--head", "--set", str(small), "--profile", str(profile), "--out", str(tmp_path / "cal")]) == 0
     assert "learned head" in capsys.readouterr().out
     assert (tmp_path / "copy.head.npz").exists() and load_profile(str(profile)).head == ""  # written, not enabled

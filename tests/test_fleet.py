@@ -11,6 +11,7 @@ import pytest
 import zmq.asyncio
 
 from gateway.fleet import Fleet, Unavailable
+from gateway.queues import WorkerQueue
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import Settings, default_settings
 from shared.messages import Cancel, Drain, Error, Score, encode, prefix_key
@@ -19,7 +20,7 @@ PREFIX = [2, 10, 11, 12]
 
 
 def settings(tmp_path, **changes) -> Settings:
-    base = dict(endpoint=f"ipc://{tmp_path}/fleet.ipc", heartbeat_s=0.05, dead_after_s=0.3)
+    base = dict(endpoint=f"ipc://{tmp_path}/fleet.ipc", heartbeat_s=0.05, dead_after_s=0.3, check_lifecycle=1)
     return default_settings(**{**base, **changes})
 
 
@@ -37,8 +38,10 @@ async def until(predicate, what: str, timeout: float = 3.0) -> None:
 
 
 @asynccontextmanager
-async def running(s: Settings, preamble_tokens: int = 0):
-    """A started Fleet and a factory of fake workers connected to it; all closed afterwards."""
+async def running(s: Settings, preamble_tokens: int = 0, *, breaks_lifecycle: bool = False):
+    """A started Fleet and a factory of fake workers connected to it; all closed afterwards. With
+    check_lifecycle on (settings() sets it) the request lifecycle was checked at every event and
+    never found broken, unless the test breaks it on purpose."""
     fleet = Fleet(s, preamble_tokens=preamble_tokens)
     await fleet.start()
     ctx = zmq.asyncio.Context()
@@ -54,6 +57,8 @@ async def running(s: Settings, preamble_tokens: int = 0):
 
     try:
         yield fleet, worker
+        if s.check_lifecycle and not breaks_lifecycle:
+            assert fleet.counters["lifecycle_breaches"] == 0, "the log says what broke"
     finally:
         for w in made:
             w.close()
@@ -76,7 +81,7 @@ def test_a_request_reaches_a_worker_and_its_result_comes_back(tmp_path):
             await a.answer(msg, margin=0.5, read=1000, run_ms=500)
             assert (await task).margins == [0.5]
             assert fleet.placement.lifecycle() == {}  # done, and forgotten once its waiting ended
-            w = fleet.workers["a"]
+            w = fleet.queues["a"]
             assert (w.served, w.queued_requests) == (1, 0)
             assert w.tokens_per_s > 200  # moved toward the measured 2000 tokens/s
     run(go())
@@ -91,7 +96,7 @@ def test_the_queue_bound_counts_what_the_worker_will_read(tmp_path):
             for _ in tasks:
                 await a.recv()
             # r1: 1 state token after the 3-token preamble + 2 question tokens; r2: its questions only
-            assert (fleet.workers["a"].queued_reads, fleet.workers["a"].queued_tokens) == (3 + 2, 6 + 6)
+            assert (fleet.queues["a"].queued_reads, fleet.queues["a"].queued_tokens) == (3 + 2, 6 + 6)
             for task in tasks:
                 task.cancel()
     run(go())
@@ -172,6 +177,20 @@ def test_with_no_other_worker_a_lost_request_waits_for_the_restart(tmp_path):
     run(go())
 
 
+def test_a_late_answer_from_a_silent_worker_is_taken_while_its_request_is_parked(tmp_path):
+    async def go():
+        async with running(settings(tmp_path)) as (fleet, worker):
+            a = await worker("a")
+            task = asyncio.create_task(fleet.submit(score("r1")))
+            first = await a.recv()
+            a.stop_beating()  # taken out for silence; no other worker: the request waits, parked
+            await until(lambda: fleet.describe()["parked"] == 1, "parked")
+            await a.answer(first, margin=0.75)  # it was only slow: its answer is the first one
+            assert (await task).margins == [0.75]
+            assert fleet.placement.lifecycle() == {} and fleet.describe()["parked"] == 0
+    run(go())
+
+
 def test_a_draining_worker_hands_its_queue_back_and_gets_no_new_work(tmp_path):
     async def go():
         async with running(settings(tmp_path)) as (fleet, worker):
@@ -194,9 +213,16 @@ def test_a_request_refused_by_a_draining_worker_is_placed_again(tmp_path):
         async with running(settings(tmp_path)) as (fleet, worker):
             a, b = await worker("a"), await worker("b")
             task = asyncio.create_task(fleet.submit(score("r1")))
-            await a.send(Error(request_id=(await a.recv()).request_id, code="draining", message="stopping"))
-            await b.answer(await b.recv())
-            await task
+            first = await a.recv()
+            await a.send(Error(request_id=first.request_id, code="draining", message="stopping"))
+            # not answered with a's refusal, and not sent back to a (which holds its prefix)
+            await until(lambda: task.done() or fleet.queues["b"].queued_requests == 1, "placed again or answered")
+            assert not task.done(), task.exception()
+            assert fleet.queues["a"].queued_requests == 0
+            again = await b.recv()
+            assert again == first
+            await b.answer(again, margin=1.5)
+            assert (await task).margins == [1.5]
     run(go())
 
 
@@ -238,7 +264,7 @@ def test_past_its_deadline_a_queued_request_is_withdrawn_and_answered_503(tmp_pa
             with pytest.raises(Unavailable) as err:
                 await task
             assert err.value.status == 503 and err.value.retry_after >= 1
-            assert fleet.workers["a"].queued_requests == 0
+            assert fleet.queues["a"].queued_requests == 0
     run(go())
 
 
@@ -296,6 +322,9 @@ def test_a_restart_replaces_the_old_incarnation_whose_late_beats_are_ignored(tmp
         async with running(settings(tmp_path)) as (fleet, worker):
             old = await worker("a", pid=100)
             old.close()
+            # a restart connects once the old connection is gone (a worker loads its model first);
+            # one connecting while it is still held would be ignored (gateway/link.py)
+            await until(lambda: fleet.workers["a"].state == "down", "the old incarnation down")
             await worker("a", pid=101)
             ghost = await worker("b", pid=7)
             ghost.worker_id = "a"
@@ -331,6 +360,26 @@ def test_a_bad_frame_or_a_message_only_the_gateway_sends_is_dropped_and_the_link
             task = asyncio.create_task(fleet.submit(score("r1")))
             await a.answer(await a.recv(), margin=0.25)
             assert (await task).margins == [0.25]
-            assert fleet.workers["a"].served == 1 and "from a worker?" not in fleet.inflight_ids
+            assert fleet.queues["a"].served == 1 and "from a worker?" not in fleet.inflight_ids
     run(go())
     assert "ignored a Score" in caplog.text and "dropped a bad frame" in caplog.text
+
+
+def test_the_lifecycle_check_catches_a_request_left_in_a_lost_workers_queue(tmp_path, monkeypatch, caplog):
+    """As if taking back a lost worker's queue forgot to empty it: the request is then queued at
+    the lost worker and at the one it was resent to. The check (on in every test here) says so."""
+    monkeypatch.setattr(WorkerQueue, "take_all", lambda self: list(self.requests.values()))
+
+    async def go():
+        async with running(settings(tmp_path), breaks_lifecycle=True) as (fleet, worker):
+            a, b = await worker("a"), await worker("b")
+            task = asyncio.create_task(fleet.submit(score("r1")))
+            await a.recv()
+            a.close()
+            await b.answer(await b.recv())
+            await task
+            assert fleet.counters["lifecycle_breaches"] >= 1
+            with pytest.raises(RuntimeError, match="worker a is down and holds 1 requests"):
+                fleet.placement.lifecycle()
+    run(go())
+    assert "request lifecycle broken: worker a is down and holds 1 requests" in caplog.text

@@ -104,3 +104,26 @@ def test_nothing_outside_tests_imports_tests():
     offenders = {str(p.relative_to(PROJECT_ROOT)) for p in sources(*PRODUCT, "bench", "loadtest", "quality")
                  if any(m == "tests" or m.startswith("tests.") for m in imported_modules(p))}
     assert not offenders
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Directly or through others, imports under TYPE_CHECKING included: each module has one role
+    and a caller, not a partner. (worker/ joins once worker/engine.py and worker/head.py no longer
+    import each other, issue 33.)"""
+    graph = {module_name(p): imported_modules(p) for p in sources("gateway", "shared", "jevfleet")}
+    cyclic = set()
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for module in graph.get(todo.pop(), ()):
+                if module not in seen:
+                    seen.add(module)
+                    todo.append(module)
+        if start in seen:
+            cyclic.add(start)
+    assert not cyclic

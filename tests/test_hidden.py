@@ -35,7 +35,7 @@ def test_columns_from_the_hidden_state_match_llama_cpps_logits_row_by_row(engine
     hidden: dict[int, np.ndarray] = {}
     engine.tap.full_logits = True
     try:
-        engine._read(rows, lambda row, h: hidden.__setitem__(row, h.astype(np.float64)))
+        engine._read(rows, lambda row, h, _full: hidden.__setitem__(row, h.astype(np.float64)))
     finally:
         engine.tap.full_logits = False
         engine.remove(0)
@@ -53,7 +53,7 @@ def test_a_decode_with_outputs_skips_the_output_matmul(engine):
     tokens = engine.tokenize("Is the sky blue today?")
     rows = [(t, p, s, ("x",) if p == len(tokens) - 1 else ()) for t, p, s, _ in token_rows((0,), 0, tokens)]
     got: list[np.ndarray] = []
-    engine._read(rows, lambda _key, h: got.append(h.astype(np.float64)))
+    engine._read(rows, lambda _key, h, _full: got.append(h.astype(np.float64)))
     engine.remove(0)
     logits = logits_row(engine, len(tokens) - 1)
     ours = engine.readout.matrix.rows(np.arange(50)) @ got[0]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -10,9 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.membership import WorkerState
 from gateway.metrics import Metrics
-from gateway.routing import PrefixMemory
+from gateway.queues import WorkerQueue
 from jevfleet.harness.fleet import Fleet
+from jevfleet.harness.load import by_id
 from jevfleet.harness.net import http, post_json
+from jevfleet.harness.processes import paused, wait_until
 from shared.messages import Heartbeat, SchedulerCounters, SnapshotStats, WorkerStats
 
 
@@ -28,9 +31,9 @@ def sample(fams: dict, family: str, series: str | None = None, **labels) -> floa
     return found[0]
 
 
-def worker(worker_id: str, stats: WorkerStats, state: str = "up") -> WorkerState:
+def worker(worker_id: str, stats: WorkerStats, state: str = "up") -> WorkerQueue:
     status = Heartbeat(worker_id=worker_id, pid=1, cores=[0], serves={}, stats=stats)
-    return WorkerState(status=status, identity=b"", last_seen=time.monotonic(), memory=PrefixMemory(16), state=state)
+    return WorkerQueue(WorkerState(status=status, identity=b"", last_seen=time.monotonic(), state=state), 16)
 
 
 def test_worker_stats_are_exported_from_their_typed_fields():
@@ -40,7 +43,7 @@ def test_worker_stats_are_exported_from_their_typed_fields():
         "b": worker("b", WorkerStats(batches=1), state="draining"),
         "c": worker("c", WorkerStats()),  # nothing run yet: every counter at 0, no hit ratio
     }
-    fams = families(Metrics(SimpleNamespace(workers=workers)).exposition().decode())
+    fams = families(Metrics(SimpleNamespace(queues=workers)).exposition().decode())
 
     assert sample(fams, "jevfleet_workers_up") == 2
     assert sample(fams, "jevfleet_worker_up", worker="b") == 0
@@ -62,7 +65,7 @@ def test_worker_stats_are_exported_from_their_typed_fields():
 
 
 def test_server_timing_phases_become_histograms():
-    metrics = Metrics(SimpleNamespace(workers={}))
+    metrics = Metrics(SimpleNamespace(queues={}))
     response = web.Response(headers={"Server-Timing": "parse;dur=0.20, queue;dur=40.00, total;dur=1500.5"})
     metrics.observe_response("/v1/systemone", "POST", response)
     fams = families(metrics.exposition().decode())
@@ -106,18 +109,33 @@ def test_metrics_of_the_real_fleet(fleet: Fleet):
     assert sample(fams, "jevfleet_batch_requests", "jevfleet_batch_requests_count") >= 1
     assert sample(fams, "jevfleet_workers_up") == 1
     (wid,) = {s.labels["worker"] for s in fams["jevfleet_worker_up"].samples}
-    assert sample(fams, "jevfleet_worker_queued_requests", worker=wid) >= 0
+    # The queue gauges are the gateway's own count: one request while it waits at the paused worker
+    # (the worker's own count, in its heartbeats, stays 0 then), none once it is answered.
+    pid = by_id(fleet.health()[1])[wid]["pid"]
+    with ThreadPoolExecutor(1) as pool:
+        with paused([pid]):  # a child of the fleet's supervisord; paused far less than dead_after_s
+            waiting = pool.submit(post_json, fleet.url + "/v1/systemone", body)
+            fleet.wait_for(lambda h: by_id(h)[wid]["queued_requests"] == 1, "the request queued at the worker")
+            fams = families(http("GET", fleet.url + "/metrics")[2].decode())
+            assert sample(fams, "jevfleet_worker_queued_requests", worker=wid) == 1
+            assert sample(fams, "jevfleet_worker_queued_tokens", worker=wid) > 0
+        assert waiting.result()[0] == 200
+    fams = families(http("GET", fleet.url + "/metrics")[2].decode())
+    assert sample(fams, "jevfleet_worker_queued_requests", worker=wid) == 0
     # The worker's counters arrive with its heartbeats: wait for one sent after our answer.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        fams = families(http("GET", fleet.url + "/metrics")[2].decode())
-        scheduled = sample(fams, "jevfleet_worker_scheduler", "jevfleet_worker_scheduler_total",
-                           worker=wid, counter="requests")
-        if scheduled >= 1:
-            break
-        time.sleep(0.2)
-    assert scheduled >= 1
+    fams = wait_until(lambda: families(http("GET", fleet.url + "/metrics")[2].decode()), "a heartbeat counting it",
+                      done=lambda f: sample(f, "jevfleet_worker_scheduler", "jevfleet_worker_scheduler_total",
+                                            worker=wid, counter="requests") >= 1, timeout=10)
     hits = sample(fams, "jevfleet_snapshot_hits", "jevfleet_snapshot_hits_total", worker=wid)
     misses = sample(fams, "jevfleet_snapshot_misses", "jevfleet_snapshot_misses_total", worker=wid)
     assert hits + misses >= 1
-    assert sample(fams, "jevfleet_snapshot", worker=wid, name="kept") >= 0
+
+    def kept() -> tuple[float, int]:
+        exported = sample(families(http("GET", fleet.url + "/metrics")[2].decode()), "jevfleet_snapshot",
+                          worker=wid, name="kept")
+        return exported, by_id(fleet.health()[1])[wid]["stats"]["state_snapshots"]["kept"]
+
+    # the figure the worker reported, as /health shows it (polled: a heartbeat may come between the reads)
+    exported, reported = wait_until(kept, "/metrics and /health agreeing", done=lambda k: k[0] == k[1], timeout=10,
+                                    every=0.1)
+    assert exported >= 1  # the pinned preamble at least

@@ -18,7 +18,7 @@ WORKER = """
 import sys, time
 import worker.process as wp
 from shared.config import default_settings
-from worker.engine import EngineStatus
+from worker.status import EngineStatus
 
 class SlowEngine:
     max_batch_requests = 8

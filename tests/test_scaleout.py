@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import aiohttp
 import pytest
 
-from jevfleet.harness.fleet import Fleet, start_fleet
+from jevfleet.harness.fleet import CHECKED, Fleet, start_fleet
 from jevfleet.harness.load import by_id, decision, post, program_pid, rss_kb, served_by, states, workers
 from jevfleet.harness.stats import percentile
 from shared.config import PROJECT_ROOT
@@ -28,9 +28,10 @@ QUEUE_REQUESTS = 4
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     f = start_fleet(tmp_path_factory.mktemp("pair"), workers=2,
                     extra=["--cores-per-worker", "1", "--queue-requests", str(QUEUE_REQUESTS),
-                           "--deadline-s", "120"])  # slowness on a busy machine is not a 503 here
+                           "--deadline-s", "120", *CHECKED])  # slowness on a busy machine is not a 503 here
     yield f
     assert f.stop() == 0, f.logs()
+    assert not f.lifecycle_breaches()
 
 
 def serving_worker(fleet: Fleet, payload: dict) -> str:
@@ -109,7 +110,9 @@ def test_a_burst_far_above_capacity_gets_200s_and_429s_with_retry_after_and_memo
           f"(median of 5), in the burst p50 {percentile([t for st, _, t in results if st == 429], 0.5) * 1000:.0f} ms; "
           f"gateway RSS {rss_before // 1024} → {rss_after // 1024} MB")
     assert rss_after - rss_before < 32 * 1024  # kB: bounded, not growing with the refused load
-    pair.wait_for(lambda h: h["fleet"]["inflight"] == 0, "idle again")
+    idle = pair.wait_for(lambda h: h["fleet"]["inflight"] == 0, "idle again")["fleet"]
+    # checked at least at each answered request's submit and answer, and never broken
+    assert idle["lifecycle_checks"] >= 2 * statuses.count(200) and idle["lifecycle_breaches"] == 0, idle
 
 
 def test_a_client_that_disconnects_has_its_queued_work_cancelled(pair):

@@ -26,7 +26,7 @@ def test_a_429_with_retry_after_once_no_queue_can_take_one_more_request(tmp_path
             w = await worker("w")
             refuse_if_full(fleet)  # room: nothing raised
             held = asyncio.create_task(fleet.submit(score("r1")))
-            await until(lambda: fleet.workers["w"].queued_requests == 1, "r1 queued")
+            await until(lambda: fleet.queues["w"].queued_requests == 1, "r1 queued")
             with pytest.raises(Unavailable) as refused:
                 refuse_if_full(fleet)
             assert refused.value.status == 429 and refused.value.retry_after >= 1
@@ -42,7 +42,7 @@ def test_places_reserved_by_requests_past_the_door_count_as_taken(tmp_path):
         async with running(settings(tmp_path, queue_requests=3)) as (fleet, worker):
             w = await worker("w")
             held = asyncio.create_task(fleet.submit(score("r1")))
-            await until(lambda: fleet.workers["w"].queued_requests == 1, "r1 queued")
+            await until(lambda: fleet.queues["w"].queued_requests == 1, "r1 queued")
             refuse_if_full(fleet, reserved=1)  # 2 places free, 1 spoken for
             with pytest.raises(Unavailable) as refused:
                 refuse_if_full(fleet, reserved=2)

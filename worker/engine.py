@@ -12,7 +12,8 @@ Deterministic mode (the default) makes a P(yes) independent of batch mates, prom
 snapshots (docs/architecture.md): flash attention on, micro-batches of 8 to 60 rows in steps of
 4 padded with throwaway rows (worker/pieces.py), each sequence's KV cells in position order
 (worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
-read its parts; other threads (heartbeats) read only `status`, which it replaces after each batch.
+read its parts; other threads (heartbeats) read only `status` (worker/status.py), which it replaces
+after each batch.
 """
 from __future__ import annotations
 
@@ -21,27 +22,19 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-import msgspec
 import numpy as np
 
 from shared.config import Settings
 from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
-from shared.messages import SnapshotStats
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
 from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
+from worker.status import status_of
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
-
-
-class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """What other threads may know of an engine: never changed, only replaced (Engine.status)."""
-
-    snapshot_keys: frozenset[str] = frozenset()  # prefix_key of every prefix kept, in cells or host memory
-    state_snapshots: SnapshotStats = msgspec.field(default_factory=SnapshotStats)  # a copy no one else holds
 
 
 class Engine:
@@ -101,7 +94,7 @@ class Engine:
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model),
                                    second_miss=state_cache_second_miss, spill_bytes=state_cache_ram_mb << 20)
-        self._publish()
+        self.status = status_of(self.cache)
 
     @classmethod
     def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None) -> Engine:
@@ -154,8 +147,9 @@ class Engine:
 
     def _read(self, stream: list[Row], on_output) -> int:
         """Decode every (token, position, seqs, keys) row, the token in every sequence of seqs;
-        for each key of a row, call on_output(key, hidden) with the row's final hidden state once
-        it is decoded. Returns tokens read."""
+        for each key of a row, call on_output(key, hidden, full) with the row's final hidden state
+        once it is decoded (full: llama.cpp's logits row when tap.full_logits, else None).
+        Returns tokens read."""
         if not stream:
             return 0
         shapes = self.decode_shapes(len(stream))
@@ -170,12 +164,19 @@ class Engine:
             self.seen_shapes.add(size)
             self.decode_calls += 1
             hidden = self.tap.take(n_out)
+            full = self._logits_rows(n_out) if self.tap.full_logits else None
             for key, i in outputs:
-                on_output(key, hidden[i])
+                on_output(key, hidden[i], None if full is None else full[i])
             at += size
         if padded:
             self.remove(self.scratch)
         return len(stream) - padded
+
+    def _logits_rows(self, n_out: int) -> np.ndarray:
+        """llama.cpp's logits rows of the last call's outputs, in batch order (a view of its buffer)."""
+        if not n_out:
+            return np.empty((0, self.n_vocab), np.float32)
+        return np.ctypeslib.as_array(llama().llama_get_logits(self.ctx_ptr), shape=(n_out, self.n_vocab))
 
     def _fill(self, rows: list[Row]) -> tuple[list[tuple[Any, int]], int]:
         """Rows into the batch; returns (key, index among the output rows) per key, output rows."""
@@ -234,7 +235,7 @@ class Engine:
             self.cache.lost_placement()
             raise
         finally:
-            self._publish()
+            self.status = status_of(self.cache)  # replaced whole: see the top comment
         for seq in work:
             self.remove(seq)
         return read
@@ -251,18 +252,14 @@ class Engine:
             start = len(jobs[j].prefix)
             rows += [(tok, start + depth, seqs, keys) for tok, depth, seqs, keys in shared_rows(suffixes)]
 
-        def take(k: int, hidden: np.ndarray) -> None:
+        def take(k: int, hidden: np.ndarray, full: np.ndarray | None) -> None:
             _, j, s = wave[k]
-            jobs[j].margins[s] = self.readout.margin(jobs[j], s, hidden)
+            jobs[j].margins[s] = self.readout.margin(jobs[j], s, hidden, full)
 
         read = self._read(rows, take)
         for seq, _, _ in wave:
             self.remove(seq)
         return read
-
-    def _publish(self) -> None:
-        """Replace `status` whole, after a batch (on the model thread: see the top comment)."""
-        self.status = EngineStatus(snapshot_keys=self.cache.held_keys(), state_snapshots=self.cache.stats())
 
     # --- snapshots and warmup -----------------------------------------------------------
     def pin(self, tokens: list[int]) -> None:
@@ -275,7 +272,7 @@ class Engine:
         self.remove(0)
         seq = self.cache.entries[0].seq
         self.cache.token_bytes = llama().llama_state_seq_get_size(self.ctx_ptr, seq) // len(tokens)
-        self._publish()
+        self.status = status_of(self.cache)
 
     def warm_call(self, rows: int, stop: Callable[[], bool]) -> bool:
         """One llama_decode of `rows` throwaway tokens in the scratch sequence, aborted as soon

@@ -93,10 +93,17 @@ class Readout:
     def capture(self, ids: np.ndarray | None) -> None:
         self._capture = None if ids is None else (ids, self.matrix.rows(ids))
 
-    def margin(self, job: Job, suffix: int, hidden: np.ndarray) -> float:
+    def margin(self, job: Job, suffix: int, hidden: np.ndarray, full: np.ndarray | None = None) -> float:
+        """The answer's margin from h; with a capture set, also the captured columns into
+        job.features and, given llama.cpp's own logits row `full`, the same columns of it and the
+        row's logsumexp into job.reference (what bench-readout compares)."""
         h = q8_0_round_trip(hidden)
         if self._capture is not None:
             job.features[suffix] = self._capture[1] @ h
+            if full is not None:
+                top = float(full.max())
+                lse = top + math.log(float(np.exp(full.astype(np.float64) - top).sum()))
+                job.reference[suffix] = (full[self._capture[0]].astype(np.float64), lse)
         if self.head is not None:
             return self.head.logit_of(self._head_rows @ h)
         return logsumexp([self.logit(t, h) for t in job.yes_ids]) - logsumexp([self.logit(t, h) for t in job.no_ids])

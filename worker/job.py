@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.messages import suffix_tokens
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -21,6 +24,9 @@ class Job:
     margins: list[float] = field(default_factory=list)
     reused: int = 0  # prefix tokens taken from a snapshot or a batch mate instead of read
     features: dict[int, Any] = field(default_factory=dict)  # suffix -> captured logits (Readout.capture)
+    # suffix -> llama.cpp's own logits at the captured ids and the logsumexp of its whole row, when
+    # the tap lets llama.cpp finish the output matmul (HiddenTap.full_logits: bench-readout, tests)
+    reference: dict[int, tuple[np.ndarray, float]] = field(default_factory=dict)
 
     @cached_property
     def suffix_reads(self) -> int:

@@ -23,6 +23,7 @@ from shared.config import PROJECT_ROOT
 refusal = ""
 
 HealthCheck = Callable[[dict], object]
+CHECKED = ["--check-lifecycle", "1"]  # flags of a test's fleet: the gateway checks its invariant at every event
 
 
 def health(url: str) -> tuple[int, dict]:
@@ -67,6 +68,13 @@ class Fleet:
     def wait_for(self, check: HealthCheck, what: str, timeout: float = 120) -> dict:
         """Poll /health until check(body) holds; that body."""
         return wait_healthy(self.url, check, what, timeout=timeout, proc=self.proc, logs=self.logs)
+
+    def lifecycle_breaches(self) -> list[str]:
+        """The lines in which the gateway logged a broken request lifecycle (with its
+        check_lifecycle setting on: CHECKED); the log outlives a gateway that was restarted."""
+        log = self.run_dir / "gateway.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [line for line in lines if "request lifecycle broken" in line]
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.run_dir.glob("*.log")))

@@ -4,10 +4,12 @@ waits for has exited: a harness that hangs or fails with "timed out" alone costs
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
-from typing import Callable, Iterable, TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, TypeVar
 
 Seen = TypeVar("Seen")
 
@@ -50,3 +52,18 @@ def stop_processes(procs: Iterable[subprocess.Popen], timeout: float = 90) -> li
 def stop_process(proc: subprocess.Popen, timeout: float = 90) -> int | None:
     """stop_processes for one process: its exit code (negative: the signal that ended it)."""
     return stop_processes([proc], timeout)[0]
+
+
+@contextmanager
+def paused(pids: Iterable[int]) -> Iterator[None]:
+    """The processes stopped (SIGSTOP) for the block and continued after it: a paused worker reads
+    and answers nothing, so what it holds stays where it is however fast the machine is. Only for
+    processes we started; a pause longer than dead_after_s takes a worker out of service."""
+    pids = list(pids)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)

@@ -12,13 +12,20 @@ import asyncio
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from shared.messages import Heartbeat, Message, Ping, Ready, Result, Score, decode, encode
 
 
+HANDSHAKE_ENDS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                  | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+
 class ScriptedWorker:
     def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, worker_id: str, *, pid: int = 100,
-                 cores: tuple[int, ...] = (0,), keys=None, serves: dict[str, str] | None = None) -> None:
+                 cores: tuple[int, ...] = (0,), keys=None, serves: dict[str, str] | None = None,
+                 watch_handshake: bool = False) -> None:
+        """watch_handshake: record how the link's handshakes end, for handshake()."""
         self.worker_id, self.pid, self.cores = worker_id, pid, list(cores)
         self.serves = serves or {}
         self.answered: list[str] = []  # request ids, by answer_every_score
@@ -27,6 +34,7 @@ class ScriptedWorker:
         self.sock.setsockopt(zmq.LINGER, 0)
         if keys is not None:
             keys.apply(self.sock)
+        self._handshakes = self.sock.get_monitor_socket(HANDSHAKE_ENDS) if watch_handshake else None
         self.sock.connect(endpoint)
         self.snapshot_keys: list[str] = []
         self._beat: asyncio.Task | None = None
@@ -49,6 +57,13 @@ class ScriptedWorker:
 
         self._beat = asyncio.create_task(beat())
         return self
+
+    async def handshake(self, timeout: float = 3.0) -> bool:
+        """Whether the first handshake with the gateway succeeded (False: refused, e.g. a key it
+        does not accept or no CURVE where it requires it); an event, not a guess from silence."""
+        async with asyncio.timeout(timeout):
+            event = parse_monitor_message(await self._handshakes.recv_multipart())["event"]
+        return event == zmq.EVENT_HANDSHAKE_SUCCEEDED
 
     def stop_beating(self) -> None:
         if self._beat is not None:
@@ -84,4 +99,7 @@ class ScriptedWorker:
 
     def close(self) -> None:
         self.stop_beating()
+        if self._handshakes is not None:
+            self.sock.disable_monitor()
+            self._handshakes.close(linger=0)
         self.sock.close(linger=0)
