@@ -244,7 +244,7 @@ def urgency(rng: random.Random) -> Scenario:
 YESNO: dict[str, Callable[[random.Random], Scenario]] = {
     "topic": topic, "team": routing, "abuse": moderation, "who": who, "when": when, "where": where,
     "product": product, "feeling": sentiment, "request": intent, "action": action, "language": language,
-    "contact": contact, "urgency": urgency,
+    "contact": contact, "urgent": urgency,
 }
 
 

@@ -104,7 +104,7 @@ def brier_skill(outcomes: list[Outcome]) -> float:
     answer. 0 = no better than the reference, 1 = perfect, < 0 = worse; nan if the reference is
     itself perfect (a group with one answer only)."""
     noul = np.array([o.answer == 0 for o in outcomes if o.type == "noul"], dtype=float)
-    reference = [float(noul.mean() * (1 - noul.mean()))] * len(noul)
+    reference = [float(noul.mean() * (1 - noul.mean()))] * len(noul) if len(noul) else []
     reference += [1.0 - 1.0 / len(o.probs) for o in outcomes if o.type != "noul"]
     ref = float(np.mean(reference))
     return 1.0 - float(np.mean([o.brier for o in outcomes])) / ref if ref > 0 else float("nan")

@@ -16,13 +16,18 @@ from quality.metrics import Summary  # noqa: E402
 COLUMNS = 4
 
 
+def _colour(group: str) -> str:
+    """Kinds blue, tags (quality.metrics.by_kind's "tag ..." rows) green, overall orange."""
+    return "tab:orange" if group == "overall" else "tab:green" if group.startswith("tag ") else "tab:blue"
+
+
 def reliability_png(summaries: list[Summary], path: Path, *, title: str, event: str) -> Path:
     rows = math.ceil(len(summaries) / COLUMNS)
     fig, axes = plt.subplots(rows, COLUMNS, figsize=(3.2 * COLUMNS, 3.2 * rows), squeeze=False)
     for ax, s in zip(axes.flat, summaries):
         filled = [b for b in s.bins if b.count]
         ax.bar([b.lo for b in filled], [b.frequency for b in filled], width=[b.hi - b.lo for b in filled],
-               align="edge", color="tab:blue" if s.name != "overall" else "tab:orange", edgecolor="black",
+               align="edge", color=_colour(s.name), edgecolor="black",
                linewidth=0.5)
         ax.plot([0, 1], [0, 1], color="gray", linestyle="--", linewidth=1)
         ax.scatter([b.mean_p for b in filled], [b.frequency for b in filled], s=[8 + 2 * b.count for b in filled],
@@ -36,7 +41,7 @@ def reliability_png(summaries: list[Summary], path: Path, *, title: str, event: 
     fig.supxlabel(f"forecast {event}", fontsize=9)
     fig.supylabel("observed frequency", fontsize=9)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.2 * rows)))  # room for the title above the first row
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
