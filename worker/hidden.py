@@ -76,6 +76,11 @@ class OutputMatrix:
         self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(n_vocab, size // n_vocab))
         self._rows: dict[int, np.ndarray] = {0: self.rows([0])[0]}  # gguf dequantizes this type, or fail now
 
+    @property
+    def type_name(self) -> str:
+        """The output matrix's tensor type (Q8_0 is the rounding q8_0_round_trip mirrors)."""
+        return self._type.name
+
     def rows(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """W[ids] as float64, one row per id."""
         ids = np.asarray(ids, dtype=np.int64)

@@ -30,6 +30,7 @@ from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Message
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, load_profile, preamble_tokens
 from shared.serving import serving_facts
+from worker.canary import run_canary
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
 from worker.head import load_head
@@ -52,6 +53,10 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
                                   head=load_head(Path(profile.head)) if profile.head else None)
     if pin_preamble:
         engine.pin(preamble_tokens(engine.tokenize, profile))
+    report = run_canary(engine, profile)  # CanaryError: this engine must not answer (worker/canary.py)
+    log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own, "
+             "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
+             "bit-identical alone and among batch mates" if engine.deterministic else "fast mode: not bit-checked")
     return engine
 
 

@@ -1,0 +1,56 @@
+"""worker/canary.py on the real default model: the canary passes on a sound engine, leaves no
+snapshot behind, and refuses a readout that does not match llama.cpp's logits and a batch that
+moves a deterministic answer."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jevfleet.harness.engine import default_model, new_engine
+from worker.canary import TOLERANCE, CanaryError, run_canary
+from worker.engine import Engine
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    engine = new_engine(ctx=1024)  # build_engine runs the canary once already
+    yield engine
+    engine.close()
+
+
+def test_the_canary_passes_and_leaves_the_cache_as_it_was(engine):
+    profile, _ = default_model()
+    held = engine.status.snapshot_keys
+    report = run_canary(engine, profile)
+    assert report.output_type == "Q8_0" and report.max_logit_gap < TOLERANCE
+    assert len(report.decode_calls) == 3 and all(calls >= 1 for calls in report.decode_calls)
+    assert engine.status.snapshot_keys == held and not engine.tap.full_logits and engine.readout.capture is None
+
+
+def test_a_readout_that_is_not_llama_cpps_is_refused(engine, monkeypatch):
+    """The answer columns computed from rows of another matrix (each scaled by 2 %)."""
+    profile, _ = default_model()
+    rows = engine.readout.matrix.rows
+    monkeypatch.setattr(engine.readout.matrix, "rows", lambda ids: rows(ids) * 1.02)
+    with pytest.raises(CanaryError, match="differ from llama.cpp's own"):
+        run_canary(engine, profile)
+
+
+def test_an_answer_that_moves_among_batch_mates_is_refused(engine, monkeypatch):
+    """A stand-in for a CPU whose kernels round by batch shape: the last bit of every margin
+    in a batch of more than one request moves."""
+    profile, _ = default_model()
+    real = engine.run
+
+    def moved(jobs, *, warm=False):
+        read = real(jobs, warm=warm)
+        if len(jobs) > 1:
+            for job in jobs:
+                job.margins = [float(np.nextafter(m, np.inf)) for m in job.margins]
+        return read
+
+    monkeypatch.setattr(engine, "run", moved)
+    with pytest.raises(CanaryError, match="not deterministic here"):
+        run_canary(engine, profile)
