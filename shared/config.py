@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     state_cache_ram_mb: int = Field(2048, ge=0, description="per worker: host memory (MiB) for the saved KV "
                                     "cells of states that left or never entered state_cache, restored "
                                     "instead of read when they come back; 0 = off")
-    warmup: int = Field(1, ge=0, le=1, description="1 = warm up before registering and in idle time; 0 = off")
+    warmup: int = Field(1, ge=0, le=1, description="1 = warm up before registering; 0 = off")
     cache_dir: str = Field("", description="where the assembled default GGUF is kept; empty = ~/.cache/jevfleet")
 
     @classmethod

@@ -102,30 +102,21 @@ def vocab_contains(vocab, fragment: bytes) -> bool:
     return False
 
 
-def set_abort_callback(ctx, callback) -> None:
-    """llama_set_abort_callback, which llama-cpp-python does not wrap: while set, llama_decode
-    calls `callback` (a lib.ggml_abort_callback, kept alive by the caller) between graph nodes
-    and returns 2 once it answers True. None removes it."""
-    import llama_cpp.llama_cpp as raw
-
-    fn = raw._lib.llama_set_abort_callback
-    fn.argtypes = [ctypes.c_void_p, raw.ggml_abort_callback, ctypes.c_void_p]
-    fn.restype = None
-    fn(ctx, callback if callback is not None else raw.ggml_abort_callback(), None)
-
-
 class GGUFInitParams(ctypes.Structure):
     _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
 
 
 def ggml() -> ctypes.CDLL:
     """ggml's base library from llama-cpp-python's own build (llama-cpp-python wraps none of it):
-    the tensor accessors an eval callback needs and the GGUF header reader (worker/hidden.py)."""
+    the tensor accessors an eval callback needs and the GGUF header reader (worker/hidden.py).
+    Found by llama-cpp-python's own loader, where it found libllama (LLAMA_CPP_LIB_PATH
+    included), so both are the same build on every platform it supports."""
     global _ggml
     if _ggml is None:
-        import llama_cpp
+        from llama_cpp import llama_cpp as raw
+        from llama_cpp._ctypes_extensions import load_shared_library
 
-        lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
+        lib = load_shared_library("ggml-base", raw._base_path)
         p, i64, size, text = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t, ctypes.c_char_p
         for name, args, result in (
                 ("ggml_get_name", [p], text), ("ggml_nelements", [p], i64),

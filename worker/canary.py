@@ -70,7 +70,7 @@ def run_canary(engine: Engine, profile: Profile) -> CanaryReport:
         calls = [_run(engine, [alone])]
     finally:
         engine.readout.capture, engine.tap.full_logits = saved_capture, False
-    ours, (full, _lse) = alone.features[0], alone.reference[0]
+    ours, full = alone.features[0], alone.reference[0][0]
     gap = float(np.abs(ours - full).max())
     if not gap <= TOLERANCE:
         raise CanaryError(f"start-up canary: the answer logits read from the hidden state differ from llama.cpp's "

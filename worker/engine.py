@@ -20,12 +20,12 @@ from __future__ import annotations
 import ctypes
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from shared.config import Settings
-from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, set_abort_callback, tokenize
+from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, tokenize
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
@@ -89,7 +89,6 @@ class Engine:
         self.max_batch_requests = (N_WORK - 1) // 2  # the other half holds suffixes
         self.mem = lib.llama_get_memory(self.ctx_ptr)
         self.batch = lib.llama_batch_init(self.n_batch, 0, N_WORK)  # a prefix token: up to N_WORK sequences
-        self.seen_shapes: set[int] = set()  # rows per llama_decode so far (idle warmup)
         self.decode_calls = 0  # llama_decode calls that read requests
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model),
@@ -161,7 +160,6 @@ class Engine:
             rc = llama().llama_decode(self.ctx_ptr, self.batch)
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc}")
-            self.seen_shapes.add(size)
             self.decode_calls += 1
             hidden = self.tap.take(n_out)
             full = self._logits_rows(n_out) if self.tap.full_logits else None
@@ -273,22 +271,3 @@ class Engine:
         seq = self.cache.entries[0].seq
         self.cache.token_bytes = llama().llama_state_seq_get_size(self.ctx_ptr, seq) // len(tokens)
         self.status = status_of(self.cache)
-
-    def warm_call(self, rows: int, stop: Callable[[], bool]) -> bool:
-        """One llama_decode of `rows` throwaway tokens in the scratch sequence, aborted as soon
-        as stop() is true (llama.cpp asks between graph nodes). True if it ran to the end."""
-        lib = llama()
-        self._fill([(row % self.n_vocab, row, (self.scratch,), ("warm",) if row == rows - 1 else ())
-                    for row in range(rows)])
-        callback = lib.ggml_abort_callback(lambda _data: bool(stop()))
-        set_abort_callback(self.ctx_ptr, callback)
-        try:
-            rc = lib.llama_decode(self.ctx_ptr, self.batch)
-        finally:
-            set_abort_callback(self.ctx_ptr, None)
-            self.remove(self.scratch)
-        if rc not in (0, 2):
-            raise RuntimeError(f"llama_decode returned {rc}")
-        if rc == 0:
-            self.seen_shapes.add(rows)
-        return rc == 0

@@ -37,7 +37,7 @@ from worker.head import load_head
 from worker.model_thread import ModelThread
 from worker.outbox import Outbox
 from worker.scheduler import Pending, Scheduler
-from worker.warmup import IDLE_GRACE_S, IdleWarmup, startup_warmup
+from worker.warmup import startup_warmup
 
 log = logging.getLogger("jevfleet.worker")
 RESULTS = "inproc://results"
@@ -111,11 +111,8 @@ class WorkerProcess:
         """On the model thread, once loaded: run the scheduler until stopped."""
         push = zctx.socket(zmq.PUSH)
         push.connect(RESULTS)
-        idle = None
-        if self.settings.warmup:
-            idle = IdleWarmup(self.engine, max_length=self.settings.batch_tokens, stop=self.scheduler.waiting)
         try:
-            self.scheduler.run(lambda msg: push.send(encode(msg)), idle=idle, idle_grace_s=IDLE_GRACE_S)
+            self.scheduler.run(lambda msg: push.send(encode(msg)))
         finally:
             push.close(linger=1000)
 

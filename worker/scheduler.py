@@ -8,8 +8,7 @@ mate already holds, which the engine estimates when the batch is taken.
 
 Invariant: the queue, the busy flag and the counters are read and written only under one
 condition variable (`_cond`), by the model thread as by the others (which only append, cancel,
-clear, stop and read figures), so a heartbeat's figures are of one moment. The one exception
-is waiting(), a hint idle warmup polls between graph nodes, which reads two values lock-free.
+clear, stop and read figures), so a heartbeat's figures are of one moment.
 """
 from __future__ import annotations
 
@@ -122,10 +121,6 @@ class Scheduler:
             self._cond.notify_all()
             return left
 
-    def waiting(self) -> bool:
-        """Is there work (or a stop) waiting? Cheap and lock-free: idle warmup polls it."""
-        return bool(self._queue) or self._stopping
-
     def figures(self) -> tuple[SchedulerCounters, int, int]:
         """A copy of the counters, queued tokens and queued requests (the running batch
         included), all of one moment: what a heartbeat says of the scheduler."""
@@ -134,26 +129,16 @@ class Scheduler:
             return msgspec.structs.replace(self.counters), *queued
 
     # --- on the model thread -------------------------------------------------------------
-    def run(self, emit: Callable[[Message], None], idle: Callable[[], bool] | None = None,
-            idle_grace_s: float = 0.5) -> None:
-        """Serve until stop(). `idle` runs after idle_grace_s of empty queue (idle warmup) and
-        returns whether it has more to do; it must return quickly (or as soon as waiting() is
-        true), since a request arriving meanwhile waits for it."""
-        more_idle_work = idle is not None
+    def run(self, emit: Callable[[Message], None]) -> None:
+        """Serve until stop()."""
         while True:
             with self._cond:
                 self._busy = False
-                has_work = self._cond.wait_for(
-                    lambda: bool(self._queue) or self._stopping, timeout=idle_grace_s if more_idle_work else None
-                )
+                self._cond.wait_for(lambda: bool(self._queue) or self._stopping)
                 if self._stopping:
                     return
-                if has_work:
-                    batch, expired = self._take()
-                    self._busy = bool(batch)
-            if not has_work:
-                more_idle_work = idle()
-                continue
+                batch, expired = self._take()
+                self._busy = bool(batch)
             for item in expired:
                 emit(Error(request_id=item.request_id, code=ErrorCode.EXPIRED, message="deadline passed in queue"))
             if batch:
