@@ -17,7 +17,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 
 from shared.llama import llama, load_model, tokenize, vocab_contains
-from shared.profiles import Profile, encode_suffix, preamble_tokens, prefix_encoder
+from shared.profiles import Profile, answer_ids, encode_suffix, preamble_tokens, prefix_encoder
 
 SUFFIX_CACHE = 4096  # distinct question texts whose ids are kept (a few hundred KB)
 PREFIX_CACHE = 64  # distinct prefixes whose ids are kept, as int32 arrays (under 3 MB at ctx 8192)
@@ -29,8 +29,8 @@ class Tokenizer:
         self.vocab = llama().llama_model_get_vocab(self.model)
         self.profile = profile
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tokenize")
-        self.yes_ids = self._answer_ids(profile.yes)
-        self.no_ids = self._answer_ids(profile.no)
+        self.yes_ids = answer_ids(partial(tokenize, self.vocab), profile.yes)
+        self.no_ids = answer_ids(partial(tokenize, self.vocab), profile.no)
         self.preamble_tokens = len(preamble_tokens(partial(tokenize, self.vocab), profile))
         self._suffix_ids = lru_cache(maxsize=SUFFIX_CACHE)(
             lambda text: tuple(encode_suffix(partial(tokenize, self.vocab), profile, text)))
@@ -38,10 +38,6 @@ class Tokenizer:
                                             partial(vocab_contains, self.vocab))
         # The ids of recent prefixes, kept: an lru_cache, whose cache_info() counts the hits.
         self.prefix_ids = lru_cache(maxsize=PREFIX_CACHE)(lambda text: array("i", self.encode_prefix(text)))
-
-    def _answer_ids(self, words: tuple[str, ...]) -> list[int]:
-        """The first token of each answer word (" Yes" and " yes" are single tokens in Gemma)."""
-        return sorted({self.encode(w)[0] for w in words})
 
     def encode(self, text: str, *, bos: bool = False) -> list[int]:
         return tokenize(self.vocab, text, add_bos=bos)

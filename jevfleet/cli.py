@@ -106,7 +106,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jevfleet {args.command}: {exc}", file=sys.stderr)
         return 2
     from shared.curve import CurveError
+    from shared.profiles import ProfileError
 
+    try:
+        return _run(parser, args, settings)
+    except (CurveError, ProfileError) as exc:  # a setup mistake: say so, exit non-zero, no traceback
+        print(f"jevfleet {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, settings: Settings) -> int:
+    """The command, once its settings are valid."""
     if args.command == "haproxy-conf":
         from jevfleet.haproxy import render_haproxy_conf
 
@@ -135,18 +145,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--jsonl needs --output")
             return decide_jsonl(settings, args.jsonl, args.output)
         return decide_file(settings, args.request, args.output)
-    try:
-        if args.command == "serve":
-            from jevfleet.supervise import serve
+    if args.command == "serve":
+        from jevfleet.supervise import serve
 
-            return serve(settings)
-        if args.command == "gateway":
-            from gateway.app import run_gateway_process
+        return serve(settings)
+    if args.command == "gateway":
+        from gateway.app import run_gateway_process
 
-            return run_gateway_process(settings)
-        from worker.process import run_worker_process
+        return run_gateway_process(settings)
+    from worker.process import run_worker_process
 
-        return run_worker_process(settings, index=args.index, cores=args.cores, worker_id=args.id)
-    except CurveError as exc:  # a setup mistake: say so, exit non-zero, no traceback
-        print(f"jevfleet {args.command}: {exc}", file=sys.stderr)
-        return 2
+    return run_worker_process(settings, index=args.index, cores=args.cores, worker_id=args.id)

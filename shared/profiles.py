@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from pydantic import ValidationError
+
 from shared.config import CONF_DIR
+from shared.profile_file import ProfileFile, refusal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,48 +58,52 @@ def profile_path(name_or_path: str) -> Path:
 HEAD_CHOICES: dict[str, bool | None] = {"profile": None, "on": True, "off": False}  # --head: load_profile's head
 
 
+class ProfileError(ValueError):
+    """A profile file that cannot be served, in one line naming the file and the key."""
+
+
 def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
-    """head: None = as the profile says ([head] enabled), False = without it, True = with it."""
+    """head: None = as the profile says ([head] enabled), False = without it, True = with it.
+    The file is read through its schema (shared/profile_file.py): ProfileError names what is wrong."""
     path = profile_path(name_or_path)
     if not path.is_file():
         raise FileNotFoundError(f"no model profile {name_or_path!r} (looked for {path})")
-    with path.open("rb") as fh:
-        raw = tomllib.load(fh)
-    model, prompt, cal = raw.get("model", {}), raw["prompt"], raw.get("calibration", {})
-    learned = raw.get("head", {})
-    use_head = bool(learned.get("enabled", False)) if head is None else head
-    if use_head and not learned.get("file"):
-        raise ValueError(f"profile {path} has no [head] file (fit one with `jevfleet calibrate --head`)")
-    if use_head:
-        cal = learned  # the head's logit has a calibration of its own
+    try:
+        with path.open("rb") as fh:
+            raw = ProfileFile.model_validate(tomllib.load(fh))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"profile {path}: not TOML: {exc}") from None
+    except ValidationError as exc:
+        raise ProfileError(f"profile {path}: {refusal(exc)}") from None
+    use_head = raw.head.enabled if head is None else head
+    if use_head and not raw.head.file:
+        raise ProfileError(f"profile {path}: head.file is empty (fit one with `jevfleet calibrate --head`)")
+    cal = raw.head if use_head else raw.calibration  # the head's logit has a calibration of its own
+    prompt = raw.prompt
     return Profile(
-        name=raw["name"],
-        description=raw.get("description", ""),
-        release_date=raw.get("release_date", "1970-01-01"),
-        licence=raw.get("licence", ""),
-        package=model.get("package", ""),
-        package_file=model.get("package_file", ""),
-        path=model.get("path", ""),
-        add_bos=bool(model.get("add_bos", True)),
-        control=tuple(prompt.get("control", ())),
-        preamble=prompt.get("preamble", ""),
-        prefix=prompt["prefix"],
-        suffix=prompt["suffix"],
-        default_question=prompt["default_question"],
-        true_means=prompt.get("true_means", " (Yes means: {text})"),
-        false_means=prompt.get("false_means", " (No means: {text})"),
-        choice_question=prompt["choice_question"],
-        score_question=prompt["score_question"],
-        choice_default=prompt["choice_default"],
-        score_default=prompt["score_default"],
-        option_described=prompt["option_described"],
-        yes=tuple(prompt["yes"]),
-        no=tuple(prompt["no"]),
-        scale=float(cal.get("scale", 1.0)),
-        bias=float(cal.get("bias", 0.0)),
-        head=str(path.parent / learned["file"]) if use_head else "",
-        source=path,
+        name=raw.name, description=raw.description, release_date=raw.release_date, licence=raw.licence,
+        package=raw.model.package, package_file=raw.model.package_file, path=raw.model.path,
+        add_bos=raw.model.add_bos, control=prompt.control, preamble=prompt.preamble, prefix=prompt.prefix,
+        suffix=prompt.suffix, default_question=prompt.default_question, true_means=prompt.true_means,
+        false_means=prompt.false_means, choice_question=prompt.choice_question,
+        score_question=prompt.score_question, choice_default=prompt.choice_default,
+        score_default=prompt.score_default, option_described=prompt.option_described, yes=prompt.yes,
+        no=prompt.no, scale=cal.scale, bias=cal.bias,
+        head=str(path.parent / raw.head.file) if use_head else "", source=path,
     )
+
+
+def answer_ids(tokenize: Callable[..., list[int]], words: tuple[str, ...]) -> list[int]:
+    """The token id of each answer word (a profile's yes or no), sorted and distinct: every word
+    must be exactly one token of the vocabulary, or the readout would score the first piece of
+    a longer word. The one place gateway, worker and serving facts get them from."""
+    ids = []
+    for word in words:
+        tokens = tokenize(word)
+        if len(tokens) != 1:
+            raise ProfileError(f"answer word {word!r} is {len(tokens)} tokens of this model's vocabulary, not one")
+        ids.append(tokens[0])
+    return sorted(set(ids))
 
 
 def _encode(tokenize: Callable[..., list[int]], profile: Profile, text: str, head: str, tail: str,

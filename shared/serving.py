@@ -8,12 +8,13 @@ profile's prompt pieces into the same ids. Both sides compute the facts with thi
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 from shared.messages import prefix_key
 from shared.model_files import file_sha256
-from shared.profiles import Profile, preamble_tokens
+from shared.profiles import Profile, answer_ids, preamble_tokens
 
 Tokenize = Callable[..., list[int]]  # tokenize(text, add_bos=...) -> ids
 
@@ -22,8 +23,8 @@ def serving_facts(*, profile: Profile, model_sha256: str, mode: str, tokenize: T
     """model_sha256, profile (name and a digest of its file), mode, head (a digest of the learned
     head's file, or "none"), and `tokens`: a key of the ids of the prompt preamble and of every
     yes/no answer word, which differs if the vocabulary or the tokenizer does."""
-    answer_ids = [tokenize(word, add_bos=False)[:1] for word in (*profile.yes, *profile.no)]
-    probe = preamble_tokens(tokenize, profile) + [i for ids in answer_ids for i in ids]
+    words = partial(tokenize, add_bos=False)
+    probe = preamble_tokens(tokenize, profile) + answer_ids(words, profile.yes) + answer_ids(words, profile.no)
     return {
         "model_sha256": model_sha256,
         "profile": f"{profile.name}:{file_sha256(profile.source)[:16]}",

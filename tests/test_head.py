@@ -145,7 +145,7 @@ def test_profile_head_section_switches_calibration_and_file(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text(PROFILE)
     assert load_profile(str(path)).head == ""
-    with pytest.raises(ValueError, match=r"no \[head\] file"):
+    with pytest.raises(ValueError, match=r"head.file is empty"):
         load_profile(str(path), head=True)
     write_section(path, "head", {"file": "p.head.npz", "scale": 0.9, "bias": -0.2, "enabled": False})
     assert "scale = 0.5  # margin\n" in path.read_text()  # the margin's calibration is untouched

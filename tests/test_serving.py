@@ -7,8 +7,11 @@ from shared.serving import fingerprint, mismatch, serving_facts
 PROFILE = load_profile("gemma-3-270m")
 
 
+WORDS = {word: 1000 + n for n, word in enumerate((*PROFILE.yes, *PROFILE.no))}  # one token each, as answer words must be
+
+
 def by_characters(text: str, add_bos: bool = False) -> list[int]:
-    return ([1] if add_bos else []) + [ord(c) for c in text]
+    return ([1] if add_bos else []) + ([WORDS[text]] if text in WORDS else [ord(c) for c in text])
 
 
 def facts(**changes) -> dict[str, str]:

@@ -8,7 +8,7 @@ is why there is no idle-time warmup of the remaining shapes any more.
 """
 from __future__ import annotations
 
-from shared.profiles import Profile, encode_prefix, encode_suffix
+from shared.profiles import Profile, answer_ids, encode_prefix, encode_suffix
 from worker.engine import Engine
 from worker.job import Job
 
@@ -23,8 +23,7 @@ def make_job(engine: Engine, profile: Profile, state: str, questions: list[str])
 def rendered_job(engine: Engine, profile: Profile, prefix: str, suffixes: list[str]) -> Job:
     """A job from prompt texts already rendered (gateway/prompts.py's Rendered: any request,
     a choice too), tokenized as the gateway tokenizes them."""
-    yes = sorted({engine.tokenize(w)[0] for w in profile.yes})
-    no = sorted({engine.tokenize(w)[0] for w in profile.no})
+    yes, no = answer_ids(engine.tokenize, profile.yes), answer_ids(engine.tokenize, profile.no)
     return Job(prefix=encode_prefix(engine.tokenize, profile, prefix),
                suffixes=[encode_suffix(engine.tokenize, profile, text) for text in suffixes], yes_ids=yes, no_ids=no)
 

@@ -1,0 +1,108 @@
+"""The schema of a model profile file (conf/models/*.toml), as pydantic models: every key a
+profile may have, its type, bounds and default, in one place. An unknown or misspelt key is
+refused (extra="forbid") instead of silently falling back to a default, and the templates must
+hold the placeholders the gateway fills in. shared/profiles.load_profile reads a file through
+this and turns a refusal into ProfileError, one line that names the key.
+
+What the file cannot say by itself, that each answer word is one token of the model's
+vocabulary, is checked where a vocabulary is at hand: shared/profiles.answer_ids.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Text = Annotated[str, Field(min_length=1)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(Section):
+    package: str = ""  # a Python package with assemble(), or one shipping `package_file` whole
+    package_file: str = ""
+    path: str = ""  # a GGUF file; overrides nothing but `package`
+    add_bos: bool = True
+
+
+def _holds(template: str, *names: str) -> str:
+    missing = [n for n in names if "{" + n + "}" not in template]
+    if missing:
+        raise ValueError(f"must contain {', '.join('{' + n + '}' for n in missing)}")
+    return template
+
+
+# The placeholders the gateway fills in each template (gateway/prompts.py).
+PLACEHOLDERS = {"prefix": ("state",), "suffix": ("question",), "true_means": ("text",), "false_means": ("text",),
+                "choice_question": ("option",), "score_question": ("level",), "option_described": ("name",)}
+
+
+class PromptSection(Section):
+    control: tuple[Text, ...] = ()
+    preamble: str = ""
+    prefix: Text
+    suffix: Text
+    default_question: Text
+    true_means: Text = " (Yes means: {text})"
+    false_means: Text = " (No means: {text})"
+    choice_question: Text
+    score_question: Text
+    choice_default: Text
+    score_default: Text
+    option_described: Text
+    yes: tuple[Text, ...] = Field(min_length=1)
+    no: tuple[Text, ...] = Field(min_length=1)
+
+    @field_validator("prefix", "suffix", "true_means", "false_means", "choice_question", "score_question",
+                     "option_described")
+    @classmethod
+    def _placeholder(cls, value: str, info) -> str:
+        return _holds(value, *PLACEHOLDERS[info.field_name])
+
+    @model_validator(mode="after")
+    def _distinct_answers(self) -> PromptSection:
+        both = set(self.yes) & set(self.no)
+        if both:
+            raise ValueError(f"yes and no share {sorted(both)}")
+        return self
+
+
+class CalibrationSection(Section):
+    scale: float = Field(1.0, ge=0.0)  # never negative: a calibration may flatten, not turn around
+    bias: float = 0.0
+
+    @field_validator("scale", "bias")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+class HeadSection(CalibrationSection):
+    file: str = ""
+    enabled: bool = False
+
+
+class ProfileFile(Section):
+    name: Text
+    description: str = ""
+    release_date: str = "1970-01-01"
+    licence: str = ""
+    model: ModelSection = ModelSection()
+    prompt: PromptSection
+    calibration: CalibrationSection = CalibrationSection()
+    head: HeadSection = HeadSection(scale=0.0)
+
+
+def refusal(exc: ValidationError) -> str:
+    """Every error of a refused file on one line, each naming its key (prompt.yes, head.scale, ...)."""
+    def one(error: dict) -> str:
+        key = ".".join(str(part) for part in error["loc"])
+        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        return f"{key}: {message.removeprefix('Value error, ')}"
+
+    return "; ".join(one(e) for e in exc.errors())
