@@ -49,15 +49,29 @@ def test_columns_from_the_hidden_state_match_llama_cpps_logits_row_by_row(engine
 
 
 def test_a_decode_with_outputs_skips_the_output_matmul(engine):
-    """Stopped at result_norm, llama.cpp's logits buffer holds no row of W·h."""
-    tokens = engine.tokenize("Is the sky blue today?")
-    rows = [(t, p, s, ("x",) if p == len(tokens) - 1 else ()) for t, p, s, _ in token_rows((0,), 0, tokens)]
-    got: list[np.ndarray] = []
-    engine._read(rows, lambda _key, h, _full: got.append(h.astype(np.float64)))
-    engine.remove(0)
-    logits = logits_row(engine, len(tokens) - 1)
-    ours = engine.readout.matrix.rows(np.arange(50)) @ got[0]
-    assert not np.allclose(ours, logits[:50], atol=0.5)
+    """Stopped at result_norm, llama.cpp's logits buffer does not get this row's W·h (it keeps the
+    row of the text read before); let finish, the very same read and comparison find it there, so
+    a wrong row or a wrong reading cannot pass."""
+    def rows_of(text: str) -> list:
+        tokens = engine.tokenize(text)
+        return [(t, p, s, ("x",) if p == len(tokens) - 1 else ()) for t, p, s, _ in token_rows((0,), 0, tokens)]
+
+    def gap(rows: list, full_logits: bool) -> float:
+        """Largest |W·h − llama.cpp's buffer| over the first 50 columns of the output row."""
+        got: list[np.ndarray] = []
+        engine.tap.full_logits = full_logits
+        try:
+            engine._read(rows, lambda _key, h, _full: got.append(q8_0_round_trip(h)))
+        finally:
+            engine.tap.full_logits = False
+            engine.remove(0)
+        ours = engine.readout.matrix.rows(np.arange(50)) @ got[0]
+        return float(np.abs(ours - logits_row(engine, len(rows) - 1)[:50]).max())
+
+    sky = rows_of("Is the sky blue today?")
+    assert gap(rows_of("The parcel came late and the box was crushed."), full_logits=True) < 1e-3
+    assert gap(sky, full_logits=False) > 0.5  # the buffer still holds the parcel's row
+    assert gap(sky, full_logits=True) < 1e-3
 
 
 def test_a_model_with_soft_capped_logits_is_refused(tmp_path):

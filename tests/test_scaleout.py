@@ -17,6 +17,7 @@ import pytest
 
 from jevfleet.harness.fleet import CHECKED, Fleet, start_fleet
 from jevfleet.harness.load import by_id, decision, post, program_pid, rss_kb, served_by, states, workers
+from jevfleet.harness.processes import paused
 from jevfleet.harness.stats import percentile
 from shared.config import PROJECT_ROOT
 
@@ -76,8 +77,11 @@ def test_affinity_yields_when_the_holder_is_busy(pair):
 
 def test_a_burst_far_above_capacity_gets_200s_and_429s_with_retry_after_and_memory_stays_bounded(pair):
     """2 workers × 4 queued requests of capacity against 160 simultaneous requests; while the
-    burst fills every queue, lone probe requests show what a refusal costs."""
+    burst fills every queue, lone probe requests show what a refusal costs. The workers are paused
+    while the probes go (SIGSTOP, far shorter than dead_after_s), so the queues stay full however
+    fast the machine drains them: unpaused, a fast worker freed a slot by the third probe."""
     gateway = program_pid(pair, "gateway")
+    worker_pids = [w["pid"] for w in by_id(pair.health()[1]).values()]
     payloads = [decision(s) for s in states(160, tag="burst ")]
 
     async def one(session: aiohttp.ClientSession, payload: dict) -> tuple[int, dict, float]:
@@ -92,7 +96,8 @@ def test_a_burst_far_above_capacity_gets_200s_and_429s_with_retry_after_and_memo
             tasks = [asyncio.create_task(one(s, p)) for p in payloads]
             while not any(t.done() and t.result()[0] == 429 for t in tasks) and not all(t.done() for t in tasks):
                 await asyncio.sleep(0.01)
-            probes = [await one(s, payloads[0]) for _ in range(5)]  # one at a time, fleet full
+            with paused(worker_pids):
+                probes = [await one(s, payloads[0]) for _ in range(5)]  # one at a time, fleet full
             return await asyncio.gather(*tasks), probes  # a reset connection raises: the test fails
 
     asyncio.run(burst())  # the first burst grows caches and pools to their working size
