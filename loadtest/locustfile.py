@@ -4,7 +4,8 @@
 
 Each user is a closed-loop client (no think time): it posts the next request of the workload
 (one shared sequence for all users, so W3's state/question order holds), reads the answer and
-checks it (loadtest/validate.py). Outcomes, as Locust records them:
+checks it (loadtest/validate.py). A fresh workload (loadtest/fresh.py) never repeats: request k
+of a run is its item --start + k, and the sweep gives every run its own start. Outcomes, as Locust records them:
   "answer"  a response; a failure when the status is not 200 or the body is not a valid answer.
             Its response length is set to the number of questions answered (0 for a failure),
             so the entry's total content length counts answers per question (W4 asks 20 a request)
@@ -19,7 +20,7 @@ from functools import lru_cache
 
 from locust import FastHttpUser, constant, events, task
 
-from loadtest import workloads
+from loadtest import fresh, workloads
 from loadtest.protocols import PROTOCOLS, Protocol
 from loadtest.validate import InvalidAnswer
 from shared.config import Settings
@@ -34,8 +35,9 @@ DEFAULT_PROFILE = Settings.model_fields["profile"].default
 
 @events.init_command_line_parser.add_listener
 def _options(parser) -> None:
-    parser.add_argument("--workload", default="W1", choices=workloads.names(),
-                        help="which workload of loadtest/workloads.json to send")
+    parser.add_argument("--workload", default="W1", choices=fresh.names(),
+                        help="which workload to send (loadtest/workloads.json, or a fresh one: loadtest/fresh.py)")
+    parser.add_argument("--start", type=int, default=0, help="a fresh workload's first item (the sweep sets it)")
     parser.add_argument("--model-profile", default=DEFAULT_PROFILE,
                         help="model profile used to render prompts for the baselines")
 
@@ -56,12 +58,15 @@ class DecisionUser(FastHttpUser):
 
     def on_start(self) -> None:
         options = self.environment.parsed_options
-        self.items = workloads.load(getattr(options, "workload", "W1"))
+        self.workload = getattr(options, "workload", "W1")
+        self.start = getattr(options, "start", 0)
+        self.items = () if self.workload in fresh.FRESH else workloads.load(self.workload)
         self.profile = _profile(getattr(options, "model_profile", DEFAULT_PROFILE))
 
     @task
     def decide(self) -> None:
-        item = self.items[next(_sequence) % len(self.items)]
+        k = next(_sequence)
+        item = fresh.item(self.workload, self.start + k) if not self.items else self.items[k % len(self.items)]
         body = self.protocol.body(self.profile, item)
         with self.client.post(self.protocol.path, json=body, name="answer", catch_response=True) as resp:
             if resp.status_code in SHED_STATUSES:

@@ -41,7 +41,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from jevfleet.harness.net import probe
-from loadtest import fleet_metrics, results, servers, workloads
+from loadtest import fleet_metrics, fresh, results, servers
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from shared.config import PROJECT_ROOT, load_settings
@@ -87,9 +87,9 @@ def durations(text: str) -> dict[str, int]:
     chosen = {"": 60}
     for part in text.split(","):
         name, _, value = part.strip().rpartition("=")
-        if name and name not in workloads.names():
+        if name and name not in fresh.names():
             raise argparse.ArgumentTypeError(f"unknown workload {name!r} in {text!r}; the file has "
-                                             f"{', '.join(workloads.names())}")
+                                             f"{', '.join(fresh.names())}")
         chosen[name] = seconds(value)
     return chosen
 
@@ -124,9 +124,9 @@ def target_list(text: str) -> list[str]:
 
 def workload_list(text: str) -> list[str]:
     names = [w.strip() for w in text.split(",") if w.strip()]
-    unknown = [w for w in names if w not in workloads.names()]
+    unknown = [w for w in names if w not in fresh.names()]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown workload {unknown}; the file has {', '.join(workloads.names())}")
+        raise argparse.ArgumentTypeError(f"unknown workload {unknown}; the file has {', '.join(fresh.names())}")
     return names
 
 
@@ -139,7 +139,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=rounds, default=1,
                    help="runs of each target per cell, interleaved (A B, B A, ...) and pooled")
     p.add_argument("--warmup", type=seconds, default=5, help="unmeasured run before each target × workload")
-    p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3, W4 or a comma list")
+    p.add_argument("--workload", type=workload_list, default=["W1"], help="W1, W2, W3, W4 (repeat-heavy), W1-fresh, W3-fresh, W4-fresh, repeats (loadtest/fresh.py) or a comma list")
     p.add_argument("--target", type=target_list, default=["jevfleet"],
                    help=f"{', '.join(TARGETS)}, both (jevfleet + llama-cpp-python), all, or a comma list")
     p.add_argument("--out", type=Path, required=True, help="directory for results.md, the plot and logs")
@@ -156,7 +156,7 @@ def can_run(target: str, workload: str) -> bool:
     """False for a server that takes one prompt per call (llama-cpp-python) and a workload
     whose requests ask many questions (W4): it could not be given the same work in one call."""
     return PROTOCOLS[PROTOCOL_OF[target]].many_prompts or all(
-        len(item.question_ids) == 1 and not item.options for item in workloads.load(workload))
+        len(item.question_ids) == 1 and not item.options for item in fresh.sample(workload))
 
 
 def machine() -> str:
@@ -181,6 +181,14 @@ class Sweep:
         self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
         self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users) * args.rounds
         self.runs_done = 0
+        self.slots = 0  # ranges of fresh items handed out so far (next_start)
+
+    def next_start(self) -> int:
+        """The first fresh item of the next round of runs: a range of its own, RUN_STRIDE wide,
+        given to every target of that round, so they get the same prompts and no run repeats
+        another's (loadtest/fresh.py)."""
+        self.slots += 1
+        return (self.slots - 1) * fresh.RUN_STRIDE
 
     def duration(self, workload: str) -> int:
         """Measured seconds of one run of `workload` (--duration)."""
@@ -214,8 +222,10 @@ class Sweep:
                 for target in set(a.target) - set(targets):
                     print(f"[{target}] skips {workload}: it takes one prompt per call", flush=True)
                 if a.warmup:
+                    start = self.next_start()
                     for target in targets:
-                        self.locust(target, urls[target], workload, users=1, duration=a.warmup, tag="warmup")
+                        self.locust(target, urls[target], workload, users=1, duration=a.warmup, tag="warmup",
+                                    start=start)
                 for users in a.users:
                     self.measure(targets, urls, workload, users)
         print("servers stopped", flush=True)
@@ -226,13 +236,14 @@ class Sweep:
         runs: dict[str, list[Path]] = {t: [] for t in targets}
         metrics: dict[str, Counter] = {t: Counter() for t in targets}  # /metrics growth over the runs
         for r in range(self.args.rounds):
+            start = self.next_start()
             for target in targets if r % 2 == 0 else targets[::-1]:
                 self.runs_done += 1
                 ours = PROTOCOL_OF[target] == "jevfleet"  # our fleet: its /metrics split the time
                 before = fleet_metrics.scrape(urls[target]) if ours else {}
                 runs[target].append(self.locust(target, urls[target], workload, users=users,
                                                 duration=self.duration(workload), tag=f"{self.runs_done}/{self.runs_total}",
-                                                round_=r + 1))
+                                                round_=r + 1, start=start))
                 if ours:
                     metrics[target].update(fleet_metrics.growth(before, fleet_metrics.scrape(urls[target])))
         for target in targets:
@@ -252,19 +263,19 @@ class Sweep:
         requests in flight, and a server may still work them off (a running batch cannot be
         cancelled); on a FIFO server this probe's answer comes after that backlog."""
         protocol = PROTOCOLS[PROTOCOL_OF[target]]
-        body = json.dumps(protocol.body(self.profile, workloads.load(workload)[0])).encode()
+        body = json.dumps(protocol.body(self.profile, fresh.sample(workload, 1)[0])).encode()
         status = probe("POST", url + protocol.path, body, {"Content-Type": "application/json"}, SETTLE_TIMEOUT_S)[0]
         if status != 200:
             print(f"    warning: settle probe got status {status}", flush=True)
 
     def locust(self, target: str, url: str, workload: str, *, users: int, duration: int, tag: str,
-               round_: int = 1) -> Path:
+               round_: int = 1, start: int = 0) -> Path:
         """One headless Locust run, ended by a settle probe; returns its JSON stats file."""
         name = f"{target}-{workload}-u{users}" + ("-warmup" if tag == "warmup" else f"-r{round_}" * (round_ > 1))
         stats, log_path = self.logs / f"{name}.json", self.logs / f"{name}.log"
         cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
                "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{duration}s",
-               "--host", url, "--workload", workload, "--model-profile", str(self.profile.source),
+               "--host", url, "--workload", workload, "--start", str(start), "--model-profile", str(self.profile.source),
                "--json-file", str(stats.with_suffix("")),
                "--loglevel", "WARNING", USER_CLASS[PROTOCOL_OF[target]]]
         python_path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))

@@ -51,17 +51,17 @@ def test_w4_is_skipped_for_a_server_that_takes_one_prompt_per_call():
 def test_a_one_user_sweep_writes_the_table_and_the_plot(fleet: Fleet, tmp_path):
     out = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "loadtest.sweep", "--host", fleet.url, "--users", "1",
-                           "--duration", "4s,W4=5s", "--rounds", "2", "--warmup", "0", "--workload", "W1,W4", "--target", "jevfleet",
+                           "--duration", "4s,W4=5s", "--rounds", "2", "--warmup", "0", "--workload", "W1-fresh,W4", "--target", "jevfleet",
                            "--out", str(out)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     row, w4 = json.loads((out / "rows.json").read_text())
-    assert (row["target"], row["workload"], row["users"], row["seconds"]) == ("jevfleet", "W1", 1, 8)
-    assert (out / "logs" / "jevfleet-W1-u1-r2.json").is_file()  # the second round, pooled into the row
+    assert (row["target"], row["workload"], row["users"], row["seconds"]) == ("jevfleet", "W1-fresh", 1, 8)
+    assert (out / "logs" / "jevfleet-W1-fresh-u1-r2.json").is_file()  # the second round, pooled into the row
     assert row["answered"] >= 1 and row["errors"] == 0 and row["questions"] == row["answered"]
     assert row["queue_ms"] >= 0 and row["inference_ms"] > 0 and row["batch"] >= 1  # from the fleet's /metrics
     # W4: 20 questions a request (its 20th request, the 255-option choice, comes later than 8 s)
     assert w4["workload"] == "W4" and w4["seconds"] == 10 and w4["answered"] >= 1 and w4["errors"] == 0
     assert w4["questions"] == 20 * w4["answered"]
     table = (out / "results.md").read_text()
-    assert "| jevfleet | W1 | 1 |" in table and "| jevfleet | W4 | 1 |" in table and "L = λ·W" in table
+    assert "| jevfleet | W1-fresh | 1 |" in table and "| jevfleet | W4 | 1 |" in table and "L = λ·W" in table
     assert (out / "throughput_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
