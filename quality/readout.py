@@ -24,6 +24,7 @@ import numpy as np
 from quality.items import Item
 from quality.local import LocalRunner
 from quality.metrics import auc
+from worker.head import logsumexp
 
 YES_FORMS = (" Yes", " yes", "Yes", "yes")
 NO_FORMS = (" No", " no", "No", "no")
@@ -83,15 +84,10 @@ def collect(runner: LocalRunner, items: list[Item], ask) -> list[Reading]:
     return readings
 
 
-def _lse(values: list[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
-
-
 def margin(logits: dict[str, float], yes: tuple[str, ...], no: tuple[str, ...]) -> float:
     """logsumexp(yes) − logsumexp(no) over the forms this vocabulary has as one token."""
     ys, ns = [logits[f] for f in yes if f in logits], [logits[f] for f in no if f in logits]
-    return _lse(ys) - _lse(ns) if ys and ns else math.nan
+    return logsumexp(ys) - logsumexp(ns) if ys and ns else math.nan
 
 
 def scores(readings: list[Reading]) -> dict[str, np.ndarray]:
