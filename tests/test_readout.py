@@ -14,13 +14,9 @@ from quality.items import load_set
 from quality.local import LocalRunner
 from quality.readout import Reading, agreement, auc_table, collect, margin, scores
 from shared.config import load_settings
+from worker.canary import TOLERANCE  # the canary's bound on a logit from h against llama.cpp's, and why
 
 PROMPTS = 1000
-# The largest difference allowed between a candidate logit from h (rounded as ggml rounds it, summed
-# in a fixed order) and llama.cpp's own: measured 4e-6 to 6.8e-3 over the 1,664 plain items (llama.cpp's
-# output matmul is the one that moves: its rounding depends on how many output rows share the call).
-# 0.01 of a logit moves a P(yes) by at most 0.0025 before calibration.
-TOLERANCE = 0.01
 
 
 def reading(yes: bool, ours: dict[str, float], split: str = "test", tag: str = "straightforward") -> Reading:
