@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("gateways", nargs="+", help="each gateway's HTTP address, ADDR:PORT")
     lb.add_argument("--bind", default="0.0.0.0:8017", help="where HAProxy listens (default 0.0.0.0:8017)")
     lb.add_argument("--stats-socket", default="/run/haproxy/jevfleet.sock", help="HAProxy's admin socket")
+    lb.add_argument("--discover", type=int, default=0, metavar="N", help="the one gateway given is a DNS name "
+                    "(a headless Service) resolved every second into up to N servers")
     _add_settings_flags(lb)
     keys = sub.add_parser("keys", help="create CURVE keys for gateway and workers on other hosts")
     keys.add_argument("directory", type=Path, help="where to write gateway.key(_secret) and workers/")
@@ -120,7 +122,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, settings: Se
     if args.command == "haproxy-conf":
         from jevfleet.haproxy import render_haproxy_conf
 
-        print(render_haproxy_conf(settings, args.gateways, bind=args.bind, stats_socket=args.stats_socket), end="")
+        print(render_haproxy_conf(settings, args.gateways, bind=args.bind, stats_socket=args.stats_socket,
+                                  discover=args.discover), end="")
         return 0
     if args.command in ("eval", "calibrate"):
         try:

@@ -6,9 +6,16 @@ held, and since a decision is a pure read HAProxy sends them again, to another g
 (retry-on conn-failure, empty-response, junk-response; option redispatch; the failed connection
 has marked the dead one down). Off, those requests fail with 502/503, which is what the
 multi-host test compares against.
+
+With `discover`, the one gateway given is a DNS name standing for all of them (on Kubernetes, the
+headless Service of the fleet's units, deploy/kubernetes/): HAProxy resolves it every second and
+fills up to `discover` server slots with its addresses, so units that come, go or move need no
+new configuration. HAProxy does not apply resolv.conf's search list; a name without a dot is
+qualified here with its first search domain, the one a pod's own lookups try first.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from string import Template
 from typing import Sequence
 
@@ -20,14 +27,40 @@ RETRY = ("    retries 3\n"
          "    option redispatch 1")
 NO_RETRY = ("    retries 0\n"
             "    retry-on none")
+# Name servers from resolv.conf; the name is asked again every second, and the larger payload lets
+# one answer carry many units' addresses.
+RESOLVERS = ("\nresolvers dns\n"
+             "    parse-resolv-conf\n"
+             "    accepted_payload_size 8192\n"
+             "    timeout resolve 1s\n"
+             "    timeout retry 1s\n")
+
+
+def qualified(name: str, resolv_conf: Path = Path("/etc/resolv.conf")) -> str:
+    """`name`, or name.<first search domain> when it has no dot and resolv.conf lists a search domain."""
+    if "." in name or not resolv_conf.is_file():
+        return name
+    for line in resolv_conf.read_text().splitlines():
+        words = line.split()
+        if len(words) > 1 and words[0] == "search":
+            return f"{name}.{words[1]}"
+    return name
 
 
 def render_haproxy_conf(settings: Settings, gateways: Sequence[str], *, bind: str, stats_socket: str,
-                        retry: bool = True) -> str:
-    """gateways: ADDR:PORT of each gateway's HTTP listener; bind: ADDR:PORT HAProxy listens on."""
+                        retry: bool = True, discover: int = 0) -> str:
+    """gateways: ADDR:PORT of each gateway's HTTP listener, or with discover > 0 a single NAME:PORT
+    whose addresses are the gateways; bind: ADDR:PORT HAProxy listens on."""
     if not gateways:
         raise ValueError("at least one gateway ADDR:PORT is needed")
-    servers = "\n".join(f"    server gw{n} {addr} check" for n, addr in enumerate(gateways, 1))
+    if discover:
+        if len(gateways) != 1:
+            raise ValueError("--discover takes one NAME:PORT, the DNS name of every gateway")
+        name, _, port = gateways[0].rpartition(":")
+        servers = (f"    server-template gw {discover} {qualified(name)}:{port} check resolvers dns "
+                   "init-addr none resolve-prefer ipv4")
+    else:
+        servers = "\n".join(f"    server gw{n} {addr} check" for n, addr in enumerate(gateways, 1))
     return Template((CONF_DIR / "haproxy.cfg").read_text()).substitute(
         bind=bind,
         stats_socket=stats_socket,
@@ -35,4 +68,5 @@ def render_haproxy_conf(settings: Settings, gateways: Sequence[str], *, bind: st
         check_ms=CHECK_MS,
         retry=RETRY if retry else NO_RETRY,
         servers=servers,
+        resolvers=RESOLVERS if discover else "",
     )

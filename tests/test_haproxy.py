@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from jevfleet.haproxy import render_haproxy_conf
+from jevfleet.haproxy import qualified, render_haproxy_conf
 from shared.config import default_settings
 
 
@@ -30,5 +30,32 @@ def test_every_gateway_is_a_health_checked_server_and_retries_can_be_left_out(tm
 def test_haproxy_accepts_the_rendered_configuration(tmp_path, retry):
     conf = tmp_path / "haproxy.cfg"
     conf.write_text(render(tmp_path, retry))
+    check = subprocess.run(["haproxy", "-c", "-f", str(conf)], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_discover_turns_one_dns_name_into_server_slots_resolved_again(tmp_path):
+    conf = render_haproxy_conf(default_settings(), ["units.example:8017"], bind=":8017",
+                               stats_socket=str(tmp_path / "s.sock"), discover=8)
+    assert "server-template gw 8 units.example:8017 check resolvers dns init-addr none" in conf
+    assert "\nresolvers dns\n    parse-resolv-conf\n" in conf and "server gw1" not in conf
+    with pytest.raises(ValueError):
+        render_haproxy_conf(default_settings(), ["a:1", "b:1"], bind=":1", stats_socket="s", discover=2)
+
+
+def test_a_short_name_takes_the_first_search_domain_as_a_pods_lookup_would(tmp_path):
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 10.96.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local\n")
+    assert qualified("jevfleet-units", resolv) == "jevfleet-units.shop.svc.cluster.local"
+    assert qualified("units.other.svc.cluster.local", resolv) == "units.other.svc.cluster.local"
+    resolv.write_text("nameserver 10.0.0.1\n")
+    assert qualified("units", resolv) == "units"
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")
+def test_haproxy_accepts_the_discovering_configuration(tmp_path):
+    conf = tmp_path / "haproxy.cfg"
+    conf.write_text(render_haproxy_conf(default_settings(), ["localhost:8017"], bind="127.0.0.1:8080",
+                                        stats_socket=str(tmp_path / "s.sock"), discover=4))
     check = subprocess.run(["haproxy", "-c", "-f", str(conf)], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stdout + check.stderr
