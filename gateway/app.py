@@ -183,7 +183,10 @@ async def health(request: web.Request) -> web.Response:
         "fleet": fleet.describe(),
         "refused_workers": fleet.admission.describe(forget_after_s=settings.dead_after_s),
     }
-    return web.json_response(body, status=200 if up else 503)
+    # ?ready: 200 only once every worker is up (a Kubernetes readiness probe: a unit takes traffic
+    # when whole); without it, 200 while any worker is up (HAProxy's check, a liveness probe).
+    serving = status == "ready" if "ready" in request.query else bool(up)
+    return web.json_response(body, status=200 if serving else 503)
 
 
 def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokenizer: Tokenizer, fleet: Fleet,

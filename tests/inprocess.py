@@ -48,8 +48,9 @@ class ByteTokenizer:
 class InProcessGateway:
     """One gateway and one scripted worker, started on construction; `url` as a Fleet has it."""
 
-    def __init__(self, run_dir: Path, *, api_key: str = "") -> None:
-        self.settings = default_settings(workers=1, run_dir=str(run_dir), endpoint=f"ipc://{run_dir}/w.ipc",
+    def __init__(self, run_dir: Path, *, api_key: str = "", workers: int = 1) -> None:
+        """workers: how many the gateway expects; one scripted worker joins whatever the number."""
+        self.settings = default_settings(workers=workers, run_dir=str(run_dir), endpoint=f"ipc://{run_dir}/w.ipc",
                                          heartbeat_s=0.05, dead_after_s=1.0, profile=PROFILE, check_lifecycle=1)
         self.api_key = api_key
         self.model_file = run_dir / "model.gguf"  # /health reports its SHA-256; nothing reads it as a model

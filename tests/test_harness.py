@@ -16,6 +16,7 @@ from jevfleet.harness.net import free_port, http, post_json, server_timing
 from jevfleet.harness.processes import stop_process, stop_processes, wait_until
 from jevfleet.harness.stats import percentile
 from shared.config import PROJECT_ROOT
+from tests.inprocess import InProcessGateway
 
 PRODUCT = ("gateway", "worker", "shared", "jevfleet")  # what `jevfleet serve` and `decide` run
 
@@ -126,3 +127,19 @@ def test_no_module_imports_one_that_imports_it_back():
         if start in seen:
             cyclic.add(start)
     assert not cyclic
+
+
+def test_health_ready_asks_for_every_worker_plain_health_for_any(tmp_path):
+    """A readiness probe (Kubernetes, deploy/kubernetes/) asks /health?ready: a unit expecting two
+    workers with one up serves (200, degraded) but is not ready (503) until the second joins."""
+    half = InProcessGateway(tmp_path, workers=2)
+    try:
+        status, body = health(half.url)
+        assert status == 200 and body["status"] == "degraded"
+        assert http("GET", half.url + "/health?ready")[0] == 503
+    finally:
+        half.stop()
+
+
+def test_health_ready_is_200_once_every_worker_is_up(gateway):
+    assert http("GET", gateway.url + "/health?ready")[0] == 200
