@@ -34,7 +34,7 @@ def require_netns() -> None:
         pytest.skip("the `ip` command (iproute2) is not installed")
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -62,7 +62,7 @@ def remove_leftovers(prefix: str) -> list[str]:
     for line in listing.splitlines():
         name = line.split()[0] if line.split() else ""
         match = re.fullmatch(rf"{re.escape(prefix)}(\d+)\w*", name)
-        if match and not _alive(int(match.group(1))):
+        if match and not alive(int(match.group(1))):
             delete(name)
             gone.append(name)
     return gone

@@ -13,7 +13,6 @@ Each host is pinned to a core and runs 1-thread workers with a small context, so
 """
 from __future__ import annotations
 
-import collections
 import csv
 import io
 import json
@@ -24,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from jevfleet.haproxy import render_haproxy_conf
-from jevfleet.harness.load import Outcome, by_id, decision, post, states
+from jevfleet.harness.load import Clients, by_id, decision, post, states
 from jevfleet.harness.net import http
 from jevfleet.harness.processes import stop_processes, wait_until
 from shared.config import PROJECT_ROOT, default_settings
@@ -146,49 +144,10 @@ def four_hosts(tmp_path):
             netns.delete(ns(host))
 
 
-class Load:
-    """CLIENTS closed-loop clients in A, through HAProxy on `port`, each on its own distinct states;
-    a client pauses FAILURE_PAUSE_S after a failure, so failures count outage time, not spin speed."""
-
-    def __init__(self, port: int, tag: str) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        self.payloads = [decision(s) for s in states(400, tag=tag)]
-        self.outcomes: list[Outcome] = []
-        self.stop_event = threading.Event()
-        self.threads = [threading.Thread(target=self._client, args=(k,)) for k in range(CLIENTS)]
-
-    def _client(self, k: int) -> None:
-        netns.enter(ns("a"))
-        i = k
-        while not self.stop_event.is_set():
-            outcome = post(self.url, self.payloads[i % len(self.payloads)], i, timeout=60)
-            self.outcomes.append(outcome)
-            i += CLIENTS
-            if outcome.status != 200:  # a client pauses after a failure rather than spin on it
-                self.stop_event.wait(FAILURE_PAUSE_S)
-
-    def __enter__(self) -> Load:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop_event.set()
-        for t in self.threads:
-            t.join()
-
-    def answered(self) -> int:
-        return sum(o.status == 200 for o in self.outcomes)
-
-    def failures(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.status != 200]
-
-    def describe_failures(self, since: float) -> str:
-        """What the clients saw, by status and error, and when (seconds after `since`)."""
-        kinds = collections.Counter((o.status, str(o.body.get("error", o.body))[:60]) for o in self.failures())
-        ends = [o.ended - since for o in self.failures()]
-        span = f" between {min(ends):.2f} and {max(ends):.2f} s" if ends else ""
-        return f"{dict(kinds)}{span}"
+def through(port: int, tag: str) -> Clients:
+    """CLIENTS closed-loop clients in A, through HAProxy on `port`, each on its own distinct states."""
+    return Clients(f"http://127.0.0.1:{port}", [decision(s) for s in states(400, tag=tag)], CLIENTS,
+                   pause_s=FAILURE_PAUSE_S, enter=lambda: netns.enter(ns("a")))
 
 
 def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_hosts: Hosts, tmp_path, capsys):
@@ -239,7 +198,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
 
         # kill -9 C's gateway under load, through HAProxy without retries, then with them.
         for lb, label in ((LB_PLAIN, "without retries"), (LB_RETRY, "with retries")):
-            with Load(lb, tag=f"{label} ") as load:
+            with through(lb, tag=f"{label} ") as load:
                 wait_until(lambda: load.answered() >= 4 and hosts.health("c").get("fleet", {}).get("inflight"),
                            "C holding requests under load")
                 old = hosts.pid("c", "gateway")
@@ -258,7 +217,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
         assert failures["gateway kill, with retries"] == 0, "HAProxy retries should hide a dead gateway"
 
         # kill -9 D's worker while it holds requests: they are resent on B, none is lost.
-        with Load(LB_RETRY, tag="worker kill ") as load:
+        with through(LB_RETRY, tag="worker kill ") as load:
             d = wait_until(lambda: by_id(hosts.health("b")).get("hostd/w00", {}).get("queued_requests")
                            and by_id(hosts.health("b"))["hostd/w00"], "D's worker holding requests")
             resent = hosts.health("b")["fleet"]["resent"]
@@ -275,7 +234,7 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
         assert hosts.health("b")["fleet"]["resent"] > resent
 
         # Cut D's link while it holds requests, then bring it back.
-        with Load(LB_RETRY, tag="link cut ") as load:
+        with through(LB_RETRY, tag="link cut ") as load:
             wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["queued_requests"], "D holding requests")
             resent = hosts.health("b")["fleet"]["resent"]
             cut = time.monotonic()

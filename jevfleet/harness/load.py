@@ -3,12 +3,14 @@ threads (each sends its next request when the previous one is answered), and wha
 supervisord and /proc say about the fleet."""
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from jevfleet.harness.fleet import Fleet
 from jevfleet.harness.net import http
@@ -39,11 +41,13 @@ class Outcome:
     ended: float
 
 
-def post(url: str, payload: dict, index: int = 0, timeout: float = 90) -> Outcome:
+def post(url: str, payload: dict, index: int = 0, timeout: float = 90, api_key: str = "") -> Outcome:
+    """One decision request; api_key, when given, goes as the Bearer token."""
     started = time.monotonic()
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         status, headers, raw = http("POST", url + "/v1/systemone", json.dumps(payload).encode(),
-                                    {"Content-Type": "application/json"}, timeout=timeout)
+                                    {"Content-Type": "application/json", **auth}, timeout=timeout)
         body = json.loads(raw)
     except OSError as exc:  # reset, refused, timed out
         status, headers, body = 0, {}, {"error": repr(exc)}
@@ -66,6 +70,56 @@ def closed_loop(url: str, payloads: list[dict], clients: int, stop: threading.Ev
         for c in range(clients):
             pool.submit(client, c * len(payloads) // clients)
     return outcomes
+
+
+class Clients:
+    """`count` closed-loop clients in threads for the length of a with-block, client k sending
+    payloads k, k + count, ...; a client pauses `pause_s` after a failure, so that failures count
+    the time an outage lasts, not how fast a client spins on it. `enter`, when given, runs first in
+    each client's thread (e.g. to move it into a network namespace)."""
+
+    def __init__(self, url: str, payloads: list[dict], count: int, *, pause_s: float = 0.1, timeout: float = 60,
+                 api_key: str = "", enter: Callable[[], None] | None = None) -> None:
+        self.url, self.payloads, self.pause_s, self.timeout, self.api_key = url, payloads, pause_s, timeout, api_key
+        self.enter = enter
+        self.outcomes: list[Outcome] = []
+        self.stop_event = threading.Event()
+        self.threads = [threading.Thread(target=self._client, args=(k, count)) for k in range(count)]
+
+    def _client(self, k: int, count: int) -> None:
+        if self.enter:
+            self.enter()
+        i = k
+        while not self.stop_event.is_set():
+            outcome = post(self.url, self.payloads[i % len(self.payloads)], i, timeout=self.timeout,
+                           api_key=self.api_key)
+            self.outcomes.append(outcome)
+            i += count
+            if outcome.status != 200:
+                self.stop_event.wait(self.pause_s)
+
+    def __enter__(self) -> Clients:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join()
+
+    def answered(self) -> int:
+        return sum(o.status == 200 for o in self.outcomes)
+
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status != 200]
+
+    def describe_failures(self, since: float) -> str:
+        """What the clients saw, by status and error, and when (seconds after `since`)."""
+        kinds = collections.Counter((o.status, str(o.body.get("error", o.body))[:60]) for o in self.failures())
+        ends = [o.ended - since for o in self.failures()]
+        span = f" between {min(ends):.2f} and {max(ends):.2f} s" if ends else ""
+        return f"{dict(kinds)}{span}"
 
 
 def noul(outcome: Outcome) -> float:
