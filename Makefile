@@ -48,14 +48,29 @@ serve: $(STAMP)
 test: $(VENV)/.installed-test test-tools
 	$(PY) -m tests.tiers $(PYTEST_ARGS)
 
-# What the multi-host test needs besides Python packages (tests/test_multihost.py): HAProxy and
-# iproute2 from Debian, installed when missing and we are root (as in CI); otherwise it skips.
+# What the multi-host and Kubernetes tests need besides Python packages, from Debian, installed when
+# missing and we are root (as in CI); otherwise those tests skip. tests/test_multihost.py: HAProxy and
+# iproute2. tests/test_kubernetes.py: podman with runc (crun fails on this kind of machine), its
+# pause binary (catatonit), netavark and aardvark-dns for networks with DNS, and mmdebstrap for the
+# image's base (deploy/image.py); podman's settings are deploy/podman/containers.conf, not /etc.
+TEST_TOOLS := haproxy:haproxy ip:iproute2 podman:podman runc:runc mmdebstrap:mmdebstrap \
+	catatonit:catatonit /usr/lib/podman/netavark:netavark \
+	/usr/lib/podman/aardvark-dns:aardvark-dns iptables:iptables
 .PHONY: test-tools
 test-tools:
-	@if ! command -v haproxy >/dev/null || ! command -v ip >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy iproute2; \
-	  else echo "make test: haproxy or ip missing and not root; the multi-host test will skip"; fi; \
+	@missing=""; for t in $(TEST_TOOLS); do \
+	  command -v "$${t%%:*}" >/dev/null || missing="$$missing $${t#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $$missing; \
+	  else echo "make test: not root, cannot install$$missing; the tests that need them will skip"; fi; \
 	fi
+
+# The OCI image (deploy/Containerfile) with podman: the base, the wheelhouse, then podman build, each
+# step skipped when its inputs are unchanged (deploy/image.py). IMAGE_ARGS="--base python:3.11-slim".
+.PHONY: image
+image: $(STAMP) test-tools
+	$(PY) -m deploy.image $(IMAGE_ARGS)
 
 loadtest: $(VENV)/.installed-loadtest
 	$(PY) -m loadtest.sweep --target $(LOADTEST_TARGET) --users $(LOADTEST_USERS) \

