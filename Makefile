@@ -132,6 +132,19 @@ prompt-variants: $(VENV)/.installed-bench
 coherence: $(VENV)/.installed-bench
 	$(PY) -m bench.coherence $(BENCH_ARGS)
 
+# Faults under load, every answer checked (issue 30; docs/fleet.md): a reference pass (one worker, one client),
+# then the same requests from 8 clients through HAProxy to 2 gateways and 3 workers on network namespaces while
+# workers are killed, drained and frozen, a gateway is killed, a link is cut and a client disconnects. Fails on
+# any answer different from the reference, an undocumented status, a lost request, or a fleet not whole at the
+# end. Root, HAProxy and iproute2 needed (make test-tools). CHAOS_DURATION (s, default 600), CHAOS_SEED (1),
+# CHAOS_ARGS (--requests N --clients N --max-requests N); report.json and every log in CHAOS_OUT.
+CHAOS_DURATION ?= 600
+CHAOS_SEED ?= 1
+CHAOS_OUT ?= /tmp/jevfleet-chaos
+.PHONY: chaos
+chaos: $(VENV)/.installed-test test-tools
+	$(PY) -m jevfleet.harness.chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+
 # About 10,000 generated and mutated requests (bodies, headers, byte-level damage, compression bombs,
 # lying Content-Length, other text encodings, huge numbers, deep nesting) against a real fleet:
 # 0 responses >= 500, 0 hangs, 0 worker restarts, and the tally printed (`make test` runs a quarter).
