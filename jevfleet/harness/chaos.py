@@ -20,6 +20,7 @@ loopback and inside the run's own namespaces, which are removed at the end, as i
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import shutil
@@ -30,7 +31,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from jevfleet.harness import netns
 from jevfleet.harness.chaos_clients import DISCONNECTED, SAME, Clients
@@ -52,7 +53,7 @@ DOCUMENTED = (SAME, DISCONNECTED, "429 with Retry-After", "503 with Retry-After"
 
 @dataclass
 class Config:
-    duration_s: float = 600.0  # traffic under faults; the round of faults under way is finished
+    duration_s: float = 600.0  # traffic under faults (no new fault after it, once min_rounds are done)
     seed: int = 1
     requests: int = 120  # distinct requests, sent in turn
     clients: int = 8
@@ -158,6 +159,14 @@ def run(cfg: Config, say: Callable[[str], None] = print) -> Report:
     return report
 
 
+def _schedule(rng: random.Random) -> Iterator[tuple[int, str]]:
+    """(rounds done, kind) without end: every kind once a round, in a seeded order."""
+    for rounds in itertools.count():
+        order = list(KINDS)
+        rng.shuffle(order)
+        yield from ((rounds, kind) for kind in order)
+
+
 def _chaos(cfg: Config, fleet: ChaosFleet, clients: Clients, report: Report, say: Callable[[str], None]) -> None:
     rng = random.Random(f"chaos-faults:{cfg.seed}")
     started = time.monotonic()
@@ -174,22 +183,17 @@ def _chaos(cfg: Config, fleet: ChaosFleet, clients: Clients, report: Report, say
     ticker.start()
     faults: list[Fault] = []
     try:
-        rounds = 0
-        while time.monotonic() - started < cfg.duration_s or rounds < cfg.min_rounds:
-            order = list(KINDS)
-            rng.shuffle(order)
-            for kind in order:
-                time.sleep(rng.uniform(*cfg.gap_s))  # the seeded pause before a fault
-                fault = injector.inject(kind)
-                faults.append(fault)
-                report.faults.append(asdict(fault))
-                say(f"{fault.at_s:6.1f} s: {kind} of {fault.target}: "
-                    + ("NOT WHOLE" if fault.whole_s is None else f"whole again after {fault.whole_s:.1f} s")
-                    + f" ({fault.note})")
-                if fault.whole_s is None:
-                    break
-            rounds += 1
-            if faults and faults[-1].whole_s is None:
+        for rounds, kind in _schedule(rng):
+            if rounds >= cfg.min_rounds and time.monotonic() - started >= cfg.duration_s:
+                break
+            time.sleep(rng.uniform(*cfg.gap_s))  # the seeded pause before a fault
+            fault = injector.inject(kind)
+            faults.append(fault)
+            report.faults.append(asdict(fault))
+            say(f"{fault.at_s:6.1f} s: {kind} of {fault.target}: "
+                + ("NOT WHOLE" if fault.whole_s is None else f"whole again after {fault.whole_s:.1f} s")
+                + f" ({fault.note})")
+            if fault.whole_s is None:  # no point in hurting a fleet that did not recover
                 break
         report.duration_s = time.monotonic() - started
     finally:
