@@ -40,7 +40,8 @@ class Fault:
     seen_s: float | None = None  # its effect seen (see each injector), after injection
     restored_s: float | None = None  # stall or cut ended (SIGCONT, link up), after injection
     whole_s: float | None = None  # the fleet whole again, after injection; None: not within WHOLE_TIMEOUT_S
-    moved: dict[str, int] | None = None  # a worker's gateway's counters meanwhile: requests resent, handed back, ...
+    gateway: str = ""  # whose /health counters tell of the fault ("" for a gateway's own death: they restart)
+    moved: dict[str, int] | None = None  # those counters meanwhile: requests resent, handed back, cancelled, ...
     note: str = ""
 
 
@@ -76,12 +77,13 @@ class Injector:
         fault.whole_s = None if whole is None else time.monotonic() - at
         if whole is None:
             fault.note += f"; still missing: {self.fleet.missing()}"
-        if fault.target in WORKERS:  # its gateway was not restarted meanwhile: its counters moved by the fault
-            gateway = WORKERS[fault.target][1]
-            was, now = before[gateway], self.fleet.fleet_counters()[gateway]
-            fault.moved = {k: now[k] - was.get(k, 0) for k in MOVED if now.get(k, 0) > was.get(k, 0)}
+        if fault.target in WORKERS:
+            fault.gateway = WORKERS[fault.target][1]
             if self._connection_drops(fault.target) > drops[fault.target]:
                 fault.note += "; the worker saw its connection drop and dropped its queue"
+        if fault.gateway:
+            was, now = before[fault.gateway], self.fleet.fleet_counters()[fault.gateway]
+            fault.moved = {k: now[k] - was.get(k, 0) for k in MOVED if now.get(k, 0) > was.get(k, 0)}
         return fault
 
     def _connection_drops(self, wid: str) -> int:
@@ -152,7 +154,7 @@ class Injector:
         req = self.rng.choice(self.clients.reqs)
         host = self.rng.choice(sorted(GATEWAYS))
         after = self.rng.uniform(0.05, 0.5)
-        fault.target = f"request {req.index} at gateway {host}"
+        fault.target, fault.gateway = f"request {req.index} at gateway {host}", host
         mid = netns.run_in(self.fleet.hosts.ns("a"), lambda: self.clients.disconnect(
             req, ADDRESSES[host], self.fleet.hosts.http_port, after))
         fault.seen_s = time.monotonic() - at  # answered after the retries
