@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ KINDS = ("worker kill -9", "worker SIGTERM (drain)", "gateway kill -9", "worker 
          "client disconnect")
 WHOLE_TIMEOUT_S = 180.0  # a fault the fleet has not recovered from by then is reported as such
 SEEN_TIMEOUT_S = 30.0
+DROPPED = re.compile(r"gateway connection lost; dropped (\d+) queued")
 MOVED = ("resent", "handed_back", "expired", "cancelled")  # /health fleet counters reported per fault
 POLL_S = 0.1
 
@@ -79,18 +81,18 @@ class Injector:
             fault.note += f"; still missing: {self.fleet.missing()}"
         if fault.target in WORKERS:
             fault.gateway = WORKERS[fault.target][1]
-            if self._connection_drops(fault.target) > drops[fault.target]:
-                fault.note += "; the worker saw its connection drop and dropped its queue"
+            if new := self._connection_drops(fault.target)[len(drops[fault.target]):]:
+                fault.note += f"; the worker saw its connection drop and dropped {sum(new)} queued requests"
         if fault.gateway:
             was, now = before[fault.gateway], self.fleet.fleet_counters()[fault.gateway]
             fault.moved = {k: now[k] - was.get(k, 0) for k in MOVED if now.get(k, 0) > was.get(k, 0)}
         return fault
 
-    def _connection_drops(self, wid: str) -> int:
-        """How often the worker has logged that its gateway connection dropped (it then drops its queue)."""
-        serve = WORKERS[wid][0]
-        log = self.fleet.hosts.tmp / serve / "worker_00.log"
-        return log.read_text().count("gateway connection lost") if log.exists() else 0
+    def _connection_drops(self, wid: str) -> list[int]:
+        """Each time the worker logged that its gateway connection dropped: the queued requests
+        it dropped then (worker/process.py)."""
+        log = self.fleet.hosts.tmp / WORKERS[wid][0] / "worker_00.log"
+        return [int(n) for n in DROPPED.findall(log.read_text())] if log.exists() else []
 
     def _since(self, at: float, waited: float | None) -> float | None:
         return None if waited is None else time.monotonic() - at
