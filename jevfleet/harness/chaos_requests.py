@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 from jevfleet.harness.load import post
 from loadtest import workloads
@@ -81,7 +82,7 @@ def same(body: dict, reference: dict) -> bool:
     return answer(body) == reference
 
 
-def reference_answers(url: str, reqs: list[Request], progress=print) -> list[dict]:
+def reference_answers(url: str, reqs: list[Request], progress: Callable[[str], None] = print) -> list[dict]:
     """Every request once, in order, from one client: its answer; RuntimeError on any non-200
     (the quiet fleet must answer everything)."""
     out = []
