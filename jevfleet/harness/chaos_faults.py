@@ -132,7 +132,7 @@ class Injector:
             time.sleep(max(0.0, at + stall - time.monotonic()))  # the stall's length, not a wait for anything
             os.kill(pid, signal.SIGCONT)
         fault.restored_s = time.monotonic() - at
-        fault.seen_s = None if out is None else out
+        fault.seen_s = out
         # back: the same process up again at its gateway
         within(lambda: (w := self.fleet.worker_state(wid)).get("state") == "up" and w.get("pid") == pid,
                SEEN_TIMEOUT_S)
