@@ -106,7 +106,7 @@ bench-shapes: $(VENV)/.installed-bench
 	$(PY) -m bench.request_shapes $(BENCH_ARGS)
 
 # The limit as a figure: the engine alone on first-seen requests back to back, beside the fleet and
-# llama-server on the same requests (fleet ÷ floor, llama-server ÷ floor). BENCH_ARGS="--rounds 1".
+# llama-server on the same requests, taking turns (fleet ÷ floor, llama-server ÷ floor).
 .PHONY: bench-floor
 bench-floor: $(VENV)/.installed-bench
 	$(PY) -m bench.floor $(BENCH_ARGS)

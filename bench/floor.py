@@ -1,7 +1,7 @@
 """The limit as a figure: the engine alone on first-seen requests, back to back, beside the fleet
 and llama-server on the same requests.
 
-    make bench-floor                      # or: python -m bench.floor [--rounds 2] [--requests W1-fresh=60,...]
+    make bench-floor                      # or: python -m bench.floor [--requests W1-fresh=60,...]
 
 The floor is what this machine can do with our engine and nothing around it: the requests are
 validated, rendered and tokenized before the clock starts (jevfleet/local.py's prepare), then
@@ -10,11 +10,13 @@ default settings), each waited for before the next. No HTTP, no ZeroMQ, no gatew
 (`jevfleet serve` at its defaults) and llama-server (as the sweep starts it) get the same
 requests over HTTP from one client on one kept connection, also one at a time.
 
-Every request is first-seen: each target starts fresh for each round, and round r uses items
-r × RUN_STRIDE on of each fresh workload (loadtest/fresh.py), the same for every target. A few
-warm-up requests from another range go first. Per workload it prints answers/s (a W4-fresh
-request counts its 20 questions), the p50 wall time, and the ratios fleet ÷ floor (issue 29's
-goal: ≥ 0.95) and llama-server ÷ floor. Not run by the tests; quote it with the load average.
+Every request is first-seen to every target: each is a process of its own, started once, and
+each workload's items come from one range of loadtest/fresh.py. All three are up at once and take
+turns request by request (the same item to each, one after the other), so that a machine whose
+speed drifts, as a shared VM's does, slows all three alike. A few warm-up requests from another
+range go first. Per workload it prints answers/s (a W4-fresh request counts its 20 questions), the
+p50 wall time, and the ratios fleet ÷ floor (issue 29's goal: ≥ 0.95) and llama-server ÷ floor.
+Not run by the tests; quote it with the load average.
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
+
+from tqdm import tqdm
 
 from jevfleet.harness.net import KeptConnection
 from jevfleet.local import LocalDecider
@@ -40,7 +44,7 @@ from shared.profiles import Profile, load_profile
 
 REQUESTS = {"W1-fresh": 60, "W3-fresh": 100, "W4-fresh": 8}
 WARMUP = 3  # requests per workload before the timed ones, from WARMUP_START on
-WARMUP_START = fresh.RUN_STRIDE - 1000  # a range no round uses
+WARMUP_START = fresh.RUN_STRIDE - 1000  # a range the timed requests do not reach
 TARGETS = ("floor", "jevfleet", "llama-server")
 
 Send = Callable[[Item], float]  # answers one request: the seconds it took
@@ -94,16 +98,8 @@ def questions(item: Item) -> int:
     return 1 if item.options else len(item.questions)
 
 
-def run_target(name: str, profile: Profile, requests: dict[str, int], start: int, logs: Path) -> dict[str, list[float]]:
-    """Seconds per request of each workload, on a fresh target."""
-    target = floor_target() if name == "floor" else http_target(name, profile, logs / f"{name}-{start}")
-    out: dict[str, list[float]] = {}
-    with target as send:
-        for workload, n in requests.items():
-            for i in range(WARMUP):
-                send(fresh.item(workload, WARMUP_START + i))
-            out[workload] = [send(fresh.item(workload, start + i)) for i in range(n)]
-    return out
+def start(name: str, profile: Profile, logs: Path) -> AbstractContextManager[Send]:
+    return floor_target() if name == "floor" else http_target(name, profile, logs / name)
 
 
 def parse_requests(text: str) -> dict[str, int]:
@@ -118,29 +114,29 @@ def parse_requests(text: str) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=2, help="rounds; each target starts fresh in each")
     parser.add_argument("--requests", default="", help="per workload, e.g. W1-fresh=60,W4-fresh=0 (0 skips it)")
     parser.add_argument("--targets", default=",".join(TARGETS), help=f"a subset of {','.join(TARGETS)}")
     args = parser.parse_args()
     requests = parse_requests(args.requests)
     targets = [t for t in args.targets.split(",") if t]
     profile = load_profile(load_settings().profile)
-    print(f"# python -m bench.floor --rounds {args.rounds} --requests "
-          f"{','.join(f'{w}={n}' for w, n in requests.items())}  (load average {os.getloadavg()[0]:.2f})", flush=True)
+    print(f"# python -m bench.floor --requests {','.join(f'{w}={n}' for w, n in requests.items())}"
+          f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
     seconds: dict[tuple[str, str], list[float]] = {(t, w): [] for t in targets for w in requests}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for name in targets:  # the targets take turns, round by round
-                got = run_target(name, profile, requests, r * fresh.RUN_STRIDE, Path(tmp))
-                for workload, times in got.items():
-                    seconds[name, workload] += times
-                    per_q = questions(fresh.item(workload, 0))
-                    print(f"round {r + 1} {name:<13}{workload:<10} {per_q * len(times) / sum(times):7.2f} answers/s, "
-                          f"p50 {statistics.median(times) * 1000:7.1f} ms", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        send = {name: stack.enter_context(start(name, profile, Path(tmp))) for name in targets}
+        for workload, n in requests.items():
+            for i in range(WARMUP):
+                for name in targets:
+                    send[name](fresh.item(workload, WARMUP_START + i))
+            for i in tqdm(range(n), desc=workload, unit="request"):
+                item = fresh.item(workload, i)
+                for name in targets:  # the targets take turns, request by request
+                    seconds[name, workload].append(send[name](item))
     print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
     print("| workload | " + " | ".join(f"{t} answers/s (p50 ms)" for t in targets) + " | "
           + " | ".join(f"{t} ÷ floor" for t in targets if t != "floor") + " |")
-    print("|---" * (1 + len(targets) + len(targets) - 1) + "|")
+    print("|---" * (2 * len(targets)) + "|")
     for workload in requests:
         per_q = questions(fresh.item(workload, 0))
         rate = {t: per_q * len(seconds[t, workload]) / sum(seconds[t, workload]) for t in targets}
