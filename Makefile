@@ -105,6 +105,18 @@ bench-decode: $(VENV)/.installed-bench
 bench-shapes: $(VENV)/.installed-bench
 	$(PY) -m bench.request_shapes $(BENCH_ARGS)
 
+# The limit as a figure: the engine alone on first-seen requests back to back, beside the fleet and
+# llama-server on the same requests, taking turns (fleet ÷ floor, llama-server ÷ floor).
+.PHONY: bench-floor
+bench-floor: $(VENV)/.installed-bench
+	$(PY) -m bench.floor $(BENCH_ARGS)
+
+# Do answers move under load: the same first-seen requests at 1 and at 8 clients, each pass to a freshly
+# started server, ours and llama-server; identical answers, largest |ΔP|, flips across 0.5.
+.PHONY: bench-consistency
+bench-consistency: $(VENV)/.installed-bench
+	$(PY) -m bench.consistency $(BENCH_ARGS)
+
 # The first requests of a workload sent again and again, to a default fleet and to llama-server.
 .PHONY: bench-repeats
 bench-repeats: $(VENV)/.installed-bench

@@ -83,10 +83,19 @@ class LocalDecider:
     def answer_body(self, body: object) -> Future[Answer]:
         """Validate and submit one parsed request body; the future holds what the server would send."""
         try:
-            prepared = pipeline.prepare(body, self.profile)
-            tokens = pipeline.tokenize(prepared, self.tokenizer.encode_request, self.settings.ctx)
+            prepared, tokens = self.prepare(body)
         except ApiError as err:
             return _refused(err)
+        return self.submit(prepared, tokens)
+
+    def prepare(self, body: object) -> tuple[pipeline.Prepared, pipeline.Tokens]:
+        """Validate, render and tokenize one request body as the gateway does (ApiError if refused)."""
+        prepared = pipeline.prepare(body, self.profile)
+        return prepared, pipeline.tokenize(prepared, self.tokenizer.encode_request, self.settings.ctx)
+
+    def submit(self, prepared: pipeline.Prepared, tokens: pipeline.Tokens) -> Future[Answer]:
+        """Queue a prepared request at the scheduler: what is left of the request path is the
+        worker's (bench/floor.py times this part alone)."""
         score = Score(request_id=uuid.uuid4().hex, prefix=tokens.prefix, suffixes=tokens.suffixes,
                       yes_ids=self.tokenizer.yes_ids, no_ids=self.tokenizer.no_ids, deadline=float("inf"))
         pending = Pending.from_score(score)

@@ -2,7 +2,7 @@
 variables, then flags.
 
 Invariant: each setting is declared once, in Settings below, with its type, default, bounds and
-description. conf/jevfleet.toml and the README's table repeat the names and defaults for readers
+description. conf/jevfleet.toml and the table in docs/configuration.md repeat the names and defaults for readers
 (tests/test_config.py checks that they agree), `jevfleet --help` is generated from the model
 (jevfleet/cli.py), and the classes that use a setting take it as a required argument instead of
 keeping a default of their own.
