@@ -46,6 +46,7 @@ class Profile:
     bias: float
     head: str  # the learned head's file (worker/head.py), "" = the plain yes−no margin
     source: Path
+    derived: bool = False  # derived from the GGUF (shared/derive.py), not written by hand
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -55,6 +56,7 @@ def profile_path(name_or_path: str) -> Path:
     return CONF_DIR / "models" / f"{name_or_path}.toml"
 
 
+DEFAULT_PROFILE = "gemma-3-270m"  # served when neither a profile nor a model file is named
 HEAD_CHOICES: dict[str, bool | None] = {"profile": None, "on": True, "off": False}  # --head: load_profile's head
 
 
@@ -75,9 +77,32 @@ def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
         raise ProfileError(f"profile {path}: not TOML: {exc}") from None
     except ValidationError as exc:
         raise ProfileError(f"profile {path}: {refusal(exc)}") from None
+    return profile_from_file(raw, path, head=head)
+
+
+def serving_profile(profile: str, model: str, *, head: bool | None = None) -> Profile:
+    """The profile a process serves, from the settings `profile` and `model`. A named profile
+    always: hand-written profiles take precedence, with `model` then only replacing its GGUF. With none named and a `model`, the
+    profile derived from that file (shared/derive.py: its chat template, or the few-shot prompt
+    for a base model). With neither, DEFAULT_PROFILE. Gateway and workers derive alike, from the
+    same file, so they agree on every prompt."""
+    if profile or not model:
+        return load_profile(profile or DEFAULT_PROFILE, head=head)
+    if head:
+        raise ProfileError(f"a profile derived from {model} has no learned head: write it out with "
+                           "`jevfleet profile`, then fit one with `jevfleet calibrate --head --profile FILE`")
+    from shared.derive import derive_profile
+
+    return derive_profile(Path(model))
+
+
+def profile_from_file(raw: ProfileFile, source: Path, *, head: bool | None = None) -> Profile:
+    """The Profile of a checked profile file; `source` is the file it came from (a .toml, or the
+    GGUF a profile was derived from: shared/derive.py), named in errors and digested in the
+    serving facts."""
     use_head = raw.head.enabled if head is None else head
     if use_head and not raw.head.file:
-        raise ProfileError(f"profile {path}: head.file is empty (fit one with `jevfleet calibrate --head`)")
+        raise ProfileError(f"profile {source}: head.file is empty (fit one with `jevfleet calibrate --head`)")
     cal = raw.head if use_head else raw.calibration  # the head's logit has a calibration of its own
     prompt = raw.prompt
     return Profile(
@@ -89,7 +114,7 @@ def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
         score_question=prompt.score_question, choice_default=prompt.choice_default,
         score_default=prompt.score_default, option_described=prompt.option_described, yes=prompt.yes,
         no=prompt.no, scale=cal.scale, bias=cal.bias,
-        head=str(path.parent / raw.head.file) if use_head else "", source=path,
+        head=str(source.parent / raw.head.file) if use_head else "", source=source,
     )
 
 

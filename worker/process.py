@@ -28,7 +28,7 @@ from shared.config import Settings
 from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score, WorkerStats,
                              decode, encode)
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import Profile, load_profile, preamble_tokens
+from shared.profiles import Profile, preamble_tokens, serving_profile
 from shared.serving import serving_facts
 from worker.canary import run_canary
 from worker.cores import derive_cores, parse_cores, pin
@@ -67,7 +67,7 @@ class WorkerProcess:
         self.cores = parse_cores(cores) if cores else derive_cores(index, settings.cores_per_worker)
         pin(self.cores)
         self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
-        self.profile = load_profile(settings.profile)
+        self.profile = serving_profile(settings.profile, settings.model)
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
         self.threads = settings.threads or len(self.cores)
