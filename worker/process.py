@@ -30,12 +30,13 @@ from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Message
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, preamble_tokens, serving_profile
 from shared.serving import serving_facts
-from worker.canary import run_canary
+from worker.canary import run_canary, shape_record
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
 from worker.head import load_head
 from worker.model_thread import ModelThread
 from worker.outbox import Outbox
+from worker.sanity import check_sanity
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import startup_warmup
 
@@ -53,10 +54,14 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
                                   head=load_head(Path(profile.head)) if profile.head else None)
     if pin_preamble:
         engine.pin(preamble_tokens(engine.tokenize, profile))
-    report = run_canary(engine, profile)  # CanaryError: this engine must not answer (worker/canary.py)
+    record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None
+    report = run_canary(engine, profile, record)  # CanaryError: this engine must not answer (worker/canary.py)
     log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own, "
              "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
-             "bit-identical alone and among batch mates" if engine.deterministic else "fast mode: not bit-checked")
+             f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
+             if engine.deterministic else "fast mode: not bit-checked")
+    if profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
+        log.info("sanity check of the derived profile: AUC %.2f", check_sanity(engine, profile))
     return engine
 
 
