@@ -36,7 +36,8 @@ def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, o
     items = load_set(set_path, split)
     profile = serving_profile(settings.profile, settings.model, head=HEAD_CHOICES[head])
     runner = RemoteRunner(url) if url else LocalRunner(settings, profile)
-    where = url or f"profile {profile.name}{' with its head' if profile.head else ''}, in-process"
+    where = url or (f"profile {profile.name}{' (derived from the file)' if profile.derived else ''}"
+                    f"{' with its head' if profile.head else ''}, in-process")
     try:
         outcomes, skipped = ask_all(runner, items, desc=_set_name(set_path))
     except urllib.error.URLError as exc:

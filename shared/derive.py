@@ -22,6 +22,7 @@ The fourth check, that the answers rank better than chance, needs the model: wor
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ STATE, QUESTION = "@@JEV-STATE@@", "@@JEV-QUESTION@@"  # stand-ins cut out of th
 PROBES = [("The parcel was delivered to the front desk on Tuesday.", "Has the parcel been delivered?"),
           ("Hi", "Is this a greeting?"), ("Order 5521: 2 mugs, 12.50 EUR (paid).", "Was it paid in cash?"),
           ("Ça coûte 30 € — trop cher !", "Is the writer unhappy?")]
+FIXED_DATE = datetime.datetime(2026, 1, 1)  # what strftime_now shows a template (see _render)
 _EXAMPLE = re.compile(r"Text: (.*)\nQuestion: (.*)\nAnswer: (.*)\n")
 
 
@@ -54,11 +56,17 @@ def _escape(text: str) -> str:
 
 
 def _render(gguf: GgufFile, messages: list[dict[str, str]], generation: bool) -> str:
+    """The template rendered as llama-cpp-python renders it for a chat, with two changes that keep
+    the prompt a pure function of the file: strftime_now gives a fixed date (templates that print
+    today's date would otherwise give a gateway and a worker started on different days different
+    preambles), and enable_thinking is off (a reasoning template would open a thinking block where
+    the answer goes)."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     formatter = Jinja2ChatFormatter(gguf.chat_template, eos_token=gguf.eos, bos_token=gguf.bos,
                                     add_generation_prompt=generation)
-    return formatter(messages=messages).prompt
+    formatter.strftime_now = lambda fmt: FIXED_DATE.strftime(fmt)  # type: ignore[method-assign]
+    return formatter(messages=messages, enable_thinking=False).prompt
 
 
 def _conversation(gguf: GgufFile) -> list[dict[str, str]]:
@@ -131,7 +139,10 @@ def _chat_prompt(gguf: GgufFile) -> tuple[dict[str, Any], bool]:
     """The [prompt] of a chat-template profile, the cut put where the boundary holds."""
     messages = _conversation(gguf)
     text = _render(gguf, messages, True)
-    history = _render(gguf, messages[:-1], False)
+    try:
+        history = _render(gguf, messages[:-1], False)
+    except Exception:  # a template may insist on ending with a user turn: then no preamble of its own
+        history = ""
     preamble = history if text.startswith(history) else ""
     at_state, at_question = text.index(STATE), text.index(QUESTION)
     between = text[at_state + len(STATE):at_question]  # "\nQuestion: "

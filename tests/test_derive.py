@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tomllib
+from functools import lru_cache
 from pathlib import Path
 
 import gguf
@@ -16,7 +17,7 @@ import pytest
 from jevfleet.cli import main
 from jevfleet.harness.engine import model_of
 from shared.config import default_settings
-from shared.derive import FEW_SHOT, boundary_holds, derive_data, derive_profile
+from shared.derive import FEW_SHOT, SYSTEM, boundary_holds, derive_data, derive_profile
 from shared.gguf_file import read_gguf
 from shared.profile_file import profile_toml
 from shared.profiles import load_profile, serving_profile
@@ -74,9 +75,14 @@ def gemma() -> Path:
     return model_of(default_settings())[1]
 
 
+@lru_cache(maxsize=2)
+def header(path: Path) -> gguf.GGUFReader:
+    return gguf.GGUFReader(path)  # ~2 s for SmolLM2's 49,152 tokens: read once
+
+
 def copy_header(src: Path, dst: Path, changes: dict, arch: str = "") -> Path:
     """dst: src's metadata with `changes` (key -> value) and no tensors."""
-    reader = gguf.GGUFReader(src)
+    reader = header(src)
     writer = gguf.GGUFWriter(dst, arch or reader.fields["general.architecture"].contents())
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
@@ -120,6 +126,19 @@ def test_the_printed_profile_serves_as_a_profile_file(smollm2, tmp_path, capsys)
 
 
 @pytest.mark.model
+def test_a_template_without_a_system_role_and_with_todays_date_renders_the_same_every_day(smollm2, tmp_path):
+    """Gemma-style templates raise on a system turn: its text goes into the first user turn. A
+    template that prints strftime_now's date gets a fixed one, or gateway and workers started on
+    different days would disagree on the preamble."""
+    template = header(smollm2).fields["tokenizer.chat_template"].contents()
+    picky = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+             "{{ bos_token }}Today: {{ strftime_now('%d %b %Y') }}\n" + template)
+    profile = derive_profile(copy_header(smollm2, tmp_path / "picky.gguf", {"tokenizer.chat_template": picky}))
+    assert profile.preamble.startswith("<|im_start|>Today: 01 Jan 2026\n")
+    assert f"<|im_start|>user\n{SYSTEM}\n\nText: The parcel" in profile.preamble
+
+
+@pytest.mark.model
 def test_a_cut_inside_a_word_is_not_a_token_boundary(smollm2):
     """The check that picks the cut can fail: "Question" cut into "Ques" + "tion"."""
     derived = derive_profile(smollm2)
@@ -150,7 +169,7 @@ def test_a_chat_template_that_does_not_render_is_refused(smollm2, tmp_path, caps
 @pytest.mark.model
 def test_a_vocabulary_without_a_yes_token_is_refused(smollm2, tmp_path, capsys):
     """Every token spelling "yes" renamed: "Yes" is then read as three byte tokens."""
-    tokens = gguf.GGUFReader(smollm2).fields["tokenizer.ggml.tokens"].contents()
+    tokens = header(smollm2).fields["tokenizer.ggml.tokens"].contents()
     renamed = [f"<gone-{i}>" if t.replace("\u0120", " ").strip().lower() == "yes" else t
                for i, t in enumerate(tokens)]
     assert len(renamed) == len(tokens) and renamed != tokens
