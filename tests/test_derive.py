@@ -21,7 +21,7 @@ from shared.derive import FEW_SHOT, SYSTEM, boundary_holds, derive_data, derive_
 from shared.gguf_file import read_gguf
 from shared.profile_file import profile_toml
 from shared.profiles import load_profile, serving_profile
-from worker.sanity import PAIRS, check_sanity, pair_auc
+from worker.sanity import PAIRS, check_sanity, share_right
 
 PROMPT_KEYS = ("control", "preamble", "prefix", "suffix", "yes", "no", "default_question", "choice_question",
                "score_question", "option_described", "true_means", "false_means")
@@ -57,10 +57,10 @@ def test_the_toml_written_reads_back_as_the_same_data():
     assert tomllib.loads(profile_toml(data, "a header\nof two lines")) == data
 
 
-def test_pair_auc_counts_pairs_ranked_the_right_way_and_ties_as_half():
-    assert pair_auc([2.0, 1.0], [0.0, -1.0]) == 1.0
-    assert pair_auc([0.0], [1.0]) == 0.0
-    assert pair_auc([1.0, 1.0], [1.0, 0.0]) == 0.75
+def test_the_sanity_figure_compares_each_question_with_itself_and_counts_ties_as_half():
+    assert share_right([2.0, -3.0], [0.0, -4.0]) == 1.0  # the second question's bias does not count
+    assert share_right([0.0], [1.0]) == 0.0
+    assert share_right([1.0, 1.0], [1.0, 0.0]) == 0.75
 
 
 # --- the real files ---
@@ -180,8 +180,8 @@ def test_a_vocabulary_without_a_yes_token_is_refused(smollm2, tmp_path, capsys):
 
 @pytest.mark.model
 def test_the_sanity_check_warns_with_its_figure_when_answers_rank_at_chance(smollm2, caplog):
-    """The same profile with yes and no swapped ranks the pairs the other way round, so one of
-    the two is at or below chance and gets the warning, with its AUC in it."""
+    """The same profile with yes and no swapped orders every pair the other way round, so one of
+    the two is at or below chance and gets the warning, with its figure in it."""
     from jevfleet.harness.engine import new_engine
 
     settings = default_settings(model=str(smollm2))
@@ -190,11 +190,11 @@ def test_the_sanity_check_warns_with_its_figure_when_answers_rank_at_chance(smol
         profile = model_of(settings)[0]
         swapped = dataclasses.replace(profile, yes=profile.no, no=profile.yes)
         with caplog.at_level(logging.WARNING, logger="jevfleet.worker"):
-            aucs = [check_sanity(engine, p) for p in (profile, swapped)]
+            shares = [check_sanity(engine, p) for p in (profile, swapped)]
     finally:
         engine.close()
-    assert aucs[0] + aucs[1] == pytest.approx(1.0)  # the margins turned round, ties aside (none here)
+    assert shares[0] + shares[1] == pytest.approx(1.0)  # the margins turned round, ties aside (none here)
     warned = [r.getMessage() for r in caplog.records if "sanity check" in r.getMessage()]
-    low = min(aucs)
-    assert len(warned) == (1 if max(aucs) > 0.5 else 2)
-    assert f"AUC {low:.2f}" in warned[0] and f"{len(PAIRS)} built-in" in warned[0]
+    low = min(shares)
+    assert len(warned) == (1 if max(shares) > 0.5 else 2)
+    assert f"({low:.2f})" in warned[0] and f"of {len(PAIRS)} built-in" in warned[0]

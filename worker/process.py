@@ -61,7 +61,8 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
              f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
              if engine.deterministic else "fast mode: not bit-checked")
     if profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
-        log.info("sanity check of the derived profile: AUC %.2f", check_sanity(engine, profile))
+        log.info("sanity check of the derived profile: %.2f of its pairs the right way round",
+                 check_sanity(engine, profile))
     return engine
 
 

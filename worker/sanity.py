@@ -4,11 +4,16 @@ built-in set of plain items better than chance, on this model?
 A profile derived from a file is checked for everything the file itself can tell (template,
 boundary, answer tokens); whether the model then answers is something only the model can show.
 A file that fits the checks and still answers at chance would otherwise look like a working
-fleet. It is a warning, not a refusal: a weak model is still a model the user chose, and eight
+fleet. It is a warning, not a refusal: a weak model is still a model the user chose, and twelve
 pairs are a smoke test, not a measurement (`jevfleet eval` is that).
 
 Each pair is one question asked of two texts, one where the answer is yes and one where it is no,
 worded as plainly as eval/plain.jsonl's straightforward items and unlike the prompt's examples.
+The figure is the share of pairs whose yes text gets the larger margin, not an AUC over all
+items: small models move a margin with the question's words far more than with the text's
+(docs/quality.md), and across different questions that wording bias would be all an AUC of
+twelve pairs measured (Gemma 3 270M, whose plain-item AUC is 0.557, ranked an earlier set of
+eight pairs at 0.38 that way).
 """
 from __future__ import annotations
 
@@ -36,28 +41,38 @@ PAIRS = [
      "Ship order 4411 to our office in Madrid."),
     ("Is the user reporting a bug?", "The app crashes every time I tap the save button.",
      "Could you add a dark mode to the app some day?"),
+    ("Does the customer want to cancel?", "Please cancel my subscription today.",
+     "Please renew my subscription for another year."),
+    ("Is the text about the weather?", "Heavy rain and strong wind are expected tonight.",
+     "The quarterly report is due next Monday."),
+    ("Was the payment successful?", "Your payment of 40 euros went through.",
+     "Your payment of 40 euros was declined by the bank."),
+    ("Is the writer thanking someone?", "Thank you so much for fixing my laptop!",
+     "My laptop still does not start after the repair."),
 ]
 
 
-def pair_auc(yes_margins: list[float], no_margins: list[float]) -> float:
-    """The share of (yes, no) item pairs ranked the right way round, ties counting half."""
-    right = sum((y > n) + 0.5 * (y == n) for y in yes_margins for n in no_margins)
-    return right / (len(yes_margins) * len(no_margins))
+def share_right(yes_margins: list[float], no_margins: list[float]) -> float:
+    """The share of pairs whose yes text gets the larger margin, ties counting half: each question
+    against itself, so a question's wording, which moves both of its margins alike, drops out."""
+    right = sum((y > n) + 0.5 * (y == n) for y, n in zip(yes_margins, no_margins, strict=True))
+    return right / len(yes_margins)
 
 
-def sanity_auc(engine: Engine, profile: Profile) -> float:
-    """AUC of the yes−no margins over PAIRS, every item read in one warm batch (nothing kept)."""
+def sanity_share(engine: Engine, profile: Profile) -> float:
+    """share_right over PAIRS, every item read in one warm batch (nothing kept)."""
     jobs = [make_job(engine, profile, text, [question]) for question, *texts in PAIRS for text in texts]
     engine.run(jobs, warm=True)
     margins = [job.margins[0] for job in jobs]
-    return pair_auc(margins[0::2], margins[1::2])
+    return share_right(margins[0::2], margins[1::2])
 
 
 def check_sanity(engine: Engine, profile: Profile) -> float:
-    """Run the set; a warning that names the figure when it ranks no better than chance."""
-    auc = sanity_auc(engine, profile)
-    if not auc > 0.5:
-        log.warning("sanity check: the profile derived from %s ranks %d built-in plain yes/no pairs at AUC %.2f, "
-                    "no better than chance (0.5): its answers may be noise; measure with `jevfleet eval --model` "
-                    "and consider a hand-written profile", profile.source, len(PAIRS), auc)
-    return auc
+    """Run the set; a warning that names the figure when it does no better than chance."""
+    share = sanity_share(engine, profile)
+    if not share > 0.5:
+        log.warning("sanity check: the profile derived from %s answers %.0f of %d built-in plain yes/no pairs the "
+                    "right way round (%.2f), no better than chance (0.5): its answers may be noise; measure with "
+                    "`jevfleet eval --model` and consider a hand-written profile",
+                    profile.source, share * len(PAIRS), len(PAIRS), share)
+    return share
