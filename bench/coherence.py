@@ -24,7 +24,8 @@ from gateway.answers import p_yes, pool_adjacent_violators
 from quality.items import Item, Skipped, load_set
 from quality.local import LocalRunner
 from shared.config import load_settings
-from shared.profiles import HEAD_CHOICES, serving_profile
+from shared.derive import serving_profile
+from shared.profiles import HEAD_CHOICES
 
 SETS = ["eval/choice_score.jsonl", "eval/generated.jsonl"]
 

@@ -28,9 +28,9 @@ from jevfleet.harness.net import free_port
 from jevfleet.harness.processes import stop_processes
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import PROJECT_ROOT, Settings, load_settings
+from shared.derive import serving_profile
 from shared.llama import llama, load_model, tokenize
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import serving_profile
 from shared.serving import serving_facts
 
 HEARTBEAT_S = Settings.model_fields["heartbeat_s"].default  # the fleet's default heartbeat period

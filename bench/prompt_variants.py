@@ -22,7 +22,8 @@ from quality.items import load_set
 from quality.local import LocalRunner
 from quality.metrics import auc, summarize
 from shared.config import load_settings
-from shared.profiles import Profile, serving_profile
+from shared.derive import serving_profile
+from shared.profiles import Profile
 
 # (text, question, answer): one or two per kind of the eval set, answers in no fixed pattern.
 SHOTS16 = [

@@ -18,7 +18,7 @@ from quality.items import load_set
 from quality.local import LocalRunner
 from quality.readout import collect, describe
 from shared.config import load_settings
-from shared.profiles import serving_profile
+from shared.derive import serving_profile
 
 
 def main() -> None:

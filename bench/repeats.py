@@ -26,8 +26,9 @@ from loadtest import servers, workloads
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from shared.config import Settings
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import Profile, serving_profile
+from shared.profiles import Profile
 
 
 def passes(url: str, target: str, profile: Profile, items: list[workloads.Item], n: int) -> list[tuple[float, int]]:

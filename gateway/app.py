@@ -25,10 +25,11 @@ from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
 from shared.config import Settings
+from shared.derive import serving_profile
 from shared.llama import tokenize
 from shared.messages import Score, SnapshotStats
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import Profile, serving_profile
+from shared.profiles import Profile
 from shared.serving import fingerprint, serving_facts
 
 log = logging.getLogger("jevfleet.gateway")

@@ -22,9 +22,10 @@ from gateway.body import read_body
 from gateway.errors import ApiError
 from gateway.tokenizer import Tokenizer
 from shared.config import Settings
+from shared.derive import serving_profile
 from shared.messages import Error, Message, Result, Score
 from shared.model_files import resolve_model
-from shared.profiles import Profile, serving_profile
+from shared.profiles import Profile
 from worker.engine import Engine
 from worker.job import Job
 from worker.model_thread import ModelThread

@@ -15,8 +15,8 @@ import sys
 from string import Template
 
 from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import serving_profile
 
 PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
 PROGRAM_SECTION = re.compile(r"^\[program:(\w+)\]\n(?:(?!\[).*\n?)*", re.MULTILINE)

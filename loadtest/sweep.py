@@ -45,8 +45,8 @@ from loadtest import fleet_metrics, fresh, results, servers
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from shared.config import PROJECT_ROOT, load_settings
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import serving_profile
 
 PROTOCOL_OF = {"jevfleet": "jevfleet", "jevfleet-fast": "jevfleet", "jevfleet-per-core": "jevfleet",
                "jevfleet-big-cells": "jevfleet", "llama-cpp-python": "llama-cpp-python",

@@ -16,7 +16,8 @@ from quality.local import LocalRunner
 from quality.metrics import Outcome, brier_skill
 from quality.remote import RemoteRunner
 from shared.config import Settings
-from shared.profiles import HEAD_CHOICES, Profile, serving_profile
+from shared.derive import serving_profile
+from shared.profiles import HEAD_CHOICES, Profile
 from worker.head import Head
 
 

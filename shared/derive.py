@@ -31,8 +31,10 @@ from pydantic import ValidationError
 
 from shared.gguf_file import GgufFile, ModelFileError, read_gguf
 from shared.profile_file import ProfileFile, refusal
-from shared.profiles import Profile, encode_prefix, encode_suffix, load_profile, profile_from_file
+from shared.profiles import (Profile, ProfileError, encode_prefix, encode_suffix, load_profile,
+                             profile_from_file)
 
+DEFAULT_PROFILE = "gemma-3-270m"  # served when neither a profile nor a model file is named
 FEW_SHOT = "gemma-3-270m"  # a base model's profile; its preamble's examples become a chat's example turns
 SYSTEM = "You answer questions about a text with Yes or No."
 STATE, QUESTION = "@@JEV-STATE@@", "@@JEV-QUESTION@@"  # stand-ins cut out of the rendered template
@@ -223,3 +225,17 @@ def derive_data(path: Path) -> dict[str, Any]:
 def derive_profile(path: Path) -> Profile:
     """The profile `jevfleet serve --model PATH` serves when no profile is named."""
     return _profile(*_derive(path))
+
+
+def serving_profile(profile: str, model: str, *, head: bool | None = None) -> Profile:
+    """The profile a process serves, from the settings `profile` and `model`. A named profile
+    always: hand-written profiles take precedence, with `model` then only replacing its GGUF.
+    With none named and a `model`, the profile derived from that file (its chat template, or the
+    few-shot prompt for a base model). With neither, DEFAULT_PROFILE. Gateway and workers derive
+    alike, from the same file, so they agree on every prompt."""
+    if profile or not model:
+        return load_profile(profile or DEFAULT_PROFILE, head=head)
+    if head:
+        raise ProfileError(f"a profile derived from {model} has no learned head: write it out with "
+                           "`jevfleet profile`, then fit one with `jevfleet calibrate --head --profile FILE`")
+    return derive_profile(Path(model))

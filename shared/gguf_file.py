@@ -12,11 +12,11 @@ one gateway and workers will do.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from shared.llama import GGUFInitParams, ggml, llama, load_model, token_text
+from shared.llama import GGUFInitParams, captured_log, ggml, llama, load_model, token_text
 from shared.llama import tokenize as llama_tokenize
 from shared.profiles import ProfileError
 
@@ -101,13 +101,16 @@ def read_gguf(path: Path) -> GgufFile:
         raise ModelFileError(f"model file {path}: not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
     meta = _metadata(path)
     arch = str(meta.get("general.architecture", ""))
-    try:
-        model = load_model(path, vocab_only=True)
-    except RuntimeError:
-        version = getattr(llama(), "__version__", "?")
-        raise ModelFileError(f"model file {path}: llama.cpp (llama-cpp-python {version}) cannot load it: "
-                             f"architecture {arch or 'not stated'!r} is unknown to it or its header is "
-                             "incomplete") from None
+    with captured_log() as lines:
+        try:
+            model = load_model(path, vocab_only=True)
+        except RuntimeError:
+            model = None
+    if model is None:
+        said = [line.split("error loading model:", 1)[1].strip() for line in lines if "error loading model:" in line]
+        raise ModelFileError(f"model file {path}: llama.cpp (llama-cpp-python {llama().__version__}) cannot load it "
+                             f"(architecture {arch or 'not stated'!r}): {said[-1] if said else 'no reason given'}")
+    sys.stderr.write("".join(lines))  # a loaded file's warnings stay visible
     lib = llama()
     vocab = lib.llama_model_get_vocab(model)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import platform
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -23,6 +25,21 @@ _llama: ModuleType | None = None
 _log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
 _ggml: ctypes.CDLL | None = None
 _WARN, _ERROR = 3, 4  # ggml_log_level
+_captured: list[str] | None = None  # captured_log's lines while it runs
+
+
+@contextmanager
+def captured_log() -> Iterator[list[str]]:
+    """llama.cpp's warnings and errors of the block in a list instead of on stderr, so a caller
+    can say in one line why a load failed (shared/gguf_file.py). Not for concurrent use: lines
+    other threads cause meanwhile land in the list too."""
+    global _captured
+    llama()
+    _captured = lines = []
+    try:
+        yield lines
+    finally:
+        _captured = None
 
 
 def llama() -> ModuleType:
@@ -35,7 +52,11 @@ def llama() -> ModuleType:
         @llama_cpp.llama_log_callback
         def _log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             if level in (_WARN, _ERROR) and text:
-                sys.stderr.write(text.decode("utf-8", "replace"))
+                line = text.decode("utf-8", "replace")
+                if _captured is not None:
+                    _captured.append(line)
+                else:
+                    sys.stderr.write(line)
 
         _log_callback = _log
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))

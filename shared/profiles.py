@@ -56,7 +56,6 @@ def profile_path(name_or_path: str) -> Path:
     return CONF_DIR / "models" / f"{name_or_path}.toml"
 
 
-DEFAULT_PROFILE = "gemma-3-270m"  # served when neither a profile nor a model file is named
 HEAD_CHOICES: dict[str, bool | None] = {"profile": None, "on": True, "off": False}  # --head: load_profile's head
 
 
@@ -78,22 +77,6 @@ def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
     except ValidationError as exc:
         raise ProfileError(f"profile {path}: {refusal(exc)}") from None
     return profile_from_file(raw, path, head=head)
-
-
-def serving_profile(profile: str, model: str, *, head: bool | None = None) -> Profile:
-    """The profile a process serves, from the settings `profile` and `model`. A named profile
-    always: hand-written profiles take precedence, with `model` then only replacing its GGUF. With none named and a `model`, the
-    profile derived from that file (shared/derive.py: its chat template, or the few-shot prompt
-    for a base model). With neither, DEFAULT_PROFILE. Gateway and workers derive alike, from the
-    same file, so they agree on every prompt."""
-    if profile or not model:
-        return load_profile(profile or DEFAULT_PROFILE, head=head)
-    if head:
-        raise ProfileError(f"a profile derived from {model} has no learned head: write it out with "
-                           "`jevfleet profile`, then fit one with `jevfleet calibrate --head --profile FILE`")
-    from shared.derive import derive_profile
-
-    return derive_profile(Path(model))
 
 
 def profile_from_file(raw: ProfileFile, source: Path, *, head: bool | None = None) -> Profile:

@@ -20,7 +20,8 @@ from gateway.app import SERVER_OPTIONS, create_app
 from gateway.fleet import Fleet
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import default_settings
-from shared.profiles import Profile, preamble_tokens, serving_profile
+from shared.derive import serving_profile
+from shared.profiles import Profile, preamble_tokens
 
 PROFILE = "gemma-3-270m"  # pinned: the tests' expected bodies name it
 BOS, YES, NO = 256, 257, 258

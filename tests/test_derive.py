@@ -17,10 +17,10 @@ import pytest
 from jevfleet.cli import main
 from jevfleet.harness.engine import model_of
 from shared.config import default_settings
-from shared.derive import FEW_SHOT, SYSTEM, boundary_holds, derive_data, derive_profile
+from shared.derive import FEW_SHOT, SYSTEM, boundary_holds, derive_data, derive_profile, serving_profile
 from shared.gguf_file import read_gguf
 from shared.profile_file import profile_toml
-from shared.profiles import load_profile, serving_profile
+from shared.profiles import load_profile
 from worker.sanity import PAIRS, check_sanity, share_right
 
 PROMPT_KEYS = ("control", "preamble", "prefix", "suffix", "yes", "no", "default_question", "choice_question",

@@ -27,8 +27,9 @@ from shared import curve
 from shared.config import Settings
 from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score, WorkerStats,
                              decode, encode)
+from shared.derive import serving_profile
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import Profile, preamble_tokens, serving_profile
+from shared.profiles import Profile, preamble_tokens
 from shared.serving import serving_facts
 from worker.canary import run_canary, shape_record
 from worker.cores import derive_cores, parse_cores, pin

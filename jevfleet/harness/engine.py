@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import Settings, default_settings, replace
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import Profile, serving_profile
+from shared.profiles import Profile
 from worker import warmup
 from worker.engine import Engine
 from worker.job import Job
