@@ -119,9 +119,10 @@ def _answer_words(gguf: GgufFile, prompt: str, special: bool, candidates: list[s
 
 
 def _answers(gguf: GgufFile, prompt: str, special: bool, lead: str) -> dict[str, list[str]]:
-    """yes and no answer words read after `prompt`: the form the model writes after it (`lead`
-    in front: "" after an assistant turn start, " " after "Answer:") and the other, each with its
-    lowercase form where that is one token too; refused when either side has none."""
+    """yes and no answer words read after `prompt`: the first of the form the model writes there
+    (`lead` in front: "" after an assistant turn start, " " after "Answer:"), the bare word and
+    the word after a space that is one token there, with its lowercase form where that is one
+    token too; refused when either side has none, or when they share a token."""
     out = {}
     for key, word in (("yes", "Yes"), ("no", "No")):
         forms = list(dict.fromkeys([lead + word, word, " " + word]))
