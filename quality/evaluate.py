@@ -45,7 +45,8 @@ def table(summaries: list[Summary]) -> str:
     """One row per group: AUC (yes/no items only), Brier, its skill over the reference answer,
     ECE, and the p10–p90 range of the answers given."""
     width = max([22] + [len(s.name) for s in summaries])
-    lines = [f"{'group':<{width}} {'n':>5} {'accuracy':>9} {'AUC':>6} {'Brier':>7} {'skill':>7} {'ECE':>6} {'p10-p90':>11}"]
+    lines = [f"{'group':<{width}} {'n':>5} {'accuracy':>9} {'AUC':>6} {'Brier':>7} {'skill':>7} {'ECE':>6} "
+             f"{'p10-p90':>11}"]
     for s in summaries:
         auc = "" if s.auc != s.auc else f"{s.auc:.3f}"  # no AUC for choice/score groups
         skill = "" if s.skill != s.skill else f"{s.skill:.3f}"

@@ -121,7 +121,8 @@ def read_gguf(path: Path) -> GgufFile:
         path=path, architecture=arch, name=str(meta.get("general.name") or path.stem),
         licence=str(meta.get("general.license", "")), chat_template=str(meta.get("tokenizer.chat_template", "")),
         bos=text_of(lib.llama_vocab_bos(vocab)), eos=text_of(lib.llama_vocab_eos(vocab)),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", True)), control=_control_texts(vocab) if meta.get("tokenizer.chat_template") else (),
+        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", True)),
+        control=_control_texts(vocab) if meta.get("tokenizer.chat_template") else (),
         tokenize=Vocabulary(model),
     )
 

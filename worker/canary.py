@@ -125,7 +125,8 @@ def _measure_once(engine: Engine, profile: Profile, alone: Job, record: Path) ->
     tmp = record.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({"rows": f"multiples of {ROW_STEP} from {MIN_ROWS} to {UBATCH}",
                                "layouts": LAYOUTS, "differed": failure is not None,
-                               "profile": profile.name, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+                               "profile": profile.name,
+                               "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
     os.replace(tmp, record)  # several workers may measure at once: each writes the whole record
     if failure:
         raise failure
