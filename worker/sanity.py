@@ -1,5 +1,5 @@
-"""The load-time sanity check of a derived profile (shared/derive.py): do its answers rank a small
-built-in set of plain items better than chance, on this model?
+"""The load-time sanity check of a derived profile (shared/derive.py): does it answer a small
+built-in set of plain pairs better than chance, on this model?
 
 A profile derived from a file is checked for everything the file itself can tell (template,
 boundary, answer tokens); whether the model then answers is something only the model can show.
