@@ -22,9 +22,10 @@ from gateway.body import read_body
 from gateway.errors import ApiError
 from gateway.tokenizer import Tokenizer
 from shared.config import Settings
+from shared.derive import serving_profile
 from shared.messages import Error, Message, Result, Score
 from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile
 from worker.engine import Engine
 from worker.job import Job
 from worker.model_thread import ModelThread
@@ -56,7 +57,7 @@ class LocalDecider:
 
     def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
         self.settings = settings
-        self.profile = profile or load_profile(settings.profile)
+        self.profile = profile or serving_profile(settings.profile, settings.model)
         self._waiting: dict[str, _Waiting] = {}
         self._lock = threading.Lock()
         # Loaded on the thread that will decode (worker/model_thread.py says why).
