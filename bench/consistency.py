@@ -32,8 +32,9 @@ from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import Item
 from shared.config import load_settings
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile
 
 TARGETS = ("jevfleet", "llama-server")
 
@@ -93,7 +94,8 @@ def main() -> None:
     parser.add_argument("--workload", default="W1-fresh", choices=("W1-fresh", "W4-fresh"))
     parser.add_argument("--targets", default=",".join(TARGETS))
     args = parser.parse_args()
-    profile = load_profile(load_settings().profile)
+    settings = load_settings()
+    profile = serving_profile(settings.profile, settings.model)
     items = [fresh.item(args.workload, i) for i in range(args.requests)]
     print(f"# python -m bench.consistency --requests {args.requests} --clients {args.clients} "
           f"--workload {args.workload}  (load average {os.getloadavg()[0]:.2f})", flush=True)

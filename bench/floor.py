@@ -39,8 +39,9 @@ from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import Item, decision_body
 from shared.config import load_settings
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile
 
 REQUESTS = {"W1-fresh": 60, "W3-fresh": 100, "W4-fresh": 8}
 WARMUP = 3  # requests per workload before the timed ones, from WARMUP_START on
@@ -119,7 +120,8 @@ def main() -> None:
     args = parser.parse_args()
     requests = parse_requests(args.requests)
     targets = [t for t in args.targets.split(",") if t]
-    profile = load_profile(load_settings().profile)
+    settings = load_settings()
+    profile = serving_profile(settings.profile, settings.model)
     print(f"# python -m bench.floor --requests {','.join(f'{w}={n}' for w, n in requests.items())}"
           f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
     seconds: dict[tuple[str, str], list[float]] = {(t, w): [] for t in targets for w in requests}
