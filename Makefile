@@ -120,6 +120,18 @@ bench-decode: $(VENV)/.installed-bench
 bench-shapes: $(VENV)/.installed-bench
 	$(PY) -m bench.request_shapes $(BENCH_ARGS)
 
+# The limit as a figure: the engine alone on first-seen requests back to back, beside the fleet and
+# llama-server on the same requests, taking turns (fleet ÷ floor, llama-server ÷ floor).
+.PHONY: bench-floor
+bench-floor: $(VENV)/.installed-bench
+	$(PY) -m bench.floor $(BENCH_ARGS)
+
+# Do answers move under load: the same first-seen requests at 1 and at 8 clients, each pass to a freshly
+# started server, ours and llama-server; identical answers, largest |ΔP|, flips across 0.5.
+.PHONY: bench-consistency
+bench-consistency: $(VENV)/.installed-bench
+	$(PY) -m bench.consistency $(BENCH_ARGS)
+
 # The first requests of a workload sent again and again, to a default fleet and to llama-server.
 .PHONY: bench-repeats
 bench-repeats: $(VENV)/.installed-bench
@@ -146,6 +158,19 @@ prompt-variants: $(VENV)/.installed-bench
 .PHONY: coherence
 coherence: $(VENV)/.installed-bench
 	$(PY) -m bench.coherence $(BENCH_ARGS)
+
+# Faults under load, every answer checked (issue 30; docs/fleet.md): a reference pass (one worker, one client),
+# then the same requests from 8 clients through HAProxy to 2 gateways and 3 workers on network namespaces while
+# workers are killed, drained and frozen, a gateway is killed, a link is cut and a client disconnects. Fails on
+# any answer different from the reference, an undocumented status, a lost request, or a fleet not whole at the
+# end. Root, HAProxy and iproute2 needed (make test-tools). CHAOS_DURATION (s, default 600), CHAOS_SEED (1),
+# CHAOS_ARGS (--requests N --clients N --max-requests N); report.json and every log in CHAOS_OUT.
+CHAOS_DURATION ?= 600
+CHAOS_SEED ?= 1
+CHAOS_OUT ?= /tmp/jevfleet-chaos
+.PHONY: chaos
+chaos: $(VENV)/.installed-test test-tools
+	$(PY) -m jevfleet.harness.chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 # About 10,000 generated and mutated requests (bodies, headers, byte-level damage, compression bombs,
 # lying Content-Length, other text encodings, huge numbers, deep nesting) against a real fleet:

@@ -24,7 +24,8 @@ from gateway.answers import p_yes, pool_adjacent_violators
 from quality.items import Item, Skipped, load_set
 from quality.local import LocalRunner
 from shared.config import load_settings
-from shared.profiles import HEAD_CHOICES, load_profile
+from shared.derive import serving_profile
+from shared.profiles import HEAD_CHOICES
 
 SETS = ["eval/choice_score.jsonl", "eval/generated.jsonl"]
 
@@ -44,7 +45,7 @@ def main() -> None:
     parser.add_argument("--head", choices=tuple(HEAD_CHOICES), default="profile")
     args = parser.parse_args()
     settings = load_settings({"profile": args.profile} if args.profile else None)
-    profile = load_profile(settings.profile, head=HEAD_CHOICES[args.head])
+    profile = serving_profile(settings.profile, settings.model, head=HEAD_CHOICES[args.head])
     items = [i for i in load_set(SETS, "test") if i.type in ("choice", "score")]
     merges = [merged(i) for i in items if i.type == "choice" and len(i.criteria) >= 3]
     runner = LocalRunner(settings, profile)

@@ -28,9 +28,9 @@ from jevfleet.harness.net import free_port
 from jevfleet.harness.processes import stop_processes
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import PROJECT_ROOT, Settings, load_settings
+from shared.derive import serving_profile
 from shared.llama import llama, load_model, tokenize
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import load_profile
 from shared.serving import serving_facts
 
 HEARTBEAT_S = Settings.model_fields["heartbeat_s"].default  # the fleet's default heartbeat period
@@ -40,7 +40,7 @@ def configured_facts() -> dict[str, str]:
     """What a real worker at the configured settings states (shared/serving.py): the gateway
     admits only workers that serve its model, profile and mode."""
     settings = load_settings()
-    profile = load_profile(settings.profile)
+    profile = serving_profile(settings.profile, settings.model)
     model_file = resolve_model(profile, settings.cache_path, settings.model)
     vocab = llama().llama_model_get_vocab(load_model(model_file, vocab_only=True))
     return serving_facts(profile=profile, model_sha256=file_sha256(model_file), mode=settings.mode,

@@ -1,6 +1,6 @@
 """Which micro-batch shapes give a token row the same logits wherever it sits in a micro-batch.
 
-    make bench-invariance          # every configuration of CONFIGS, one child process each
+    make bench-invariance [BENCH_ARGS="--model PATH.gguf"]   # every configuration of CONFIGS, one child each
     python -m bench.invariance --one [--repack 0|1] [--tiled 0|1] [--shapes 8,12,48] [--trials N] [--shift]
 
 One process per configuration (ggml reads GGML_CPU_TILED_MM once). A target sequence of tokens
@@ -21,8 +21,11 @@ import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+from shared.config import env_var
 
 
 # (repack, tiled, shapes[, "--shift"]): the deterministic mode's rule (multiples of 4, 8..60), the
@@ -42,9 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shift", action="store_true", help="same layout each trial, the cells moved instead")
+    parser.add_argument("--model", default="", help="a GGUF file (default: the configured profile's)")
     args = parser.parse_args(argv)
+    if args.model:  # through the environment, so the configuration's children measure the same file
+        os.environ[env_var("model")] = str(Path(args.model).resolve())
     if not args.one:
-        print(f"# python -m bench.invariance (load {os.getloadavg()[0]:.1f})", flush=True)
+        from bench.engine import model
+
+        print(f"# python -m bench.invariance, {model()[1].name} (load {os.getloadavg()[0]:.1f})", flush=True)
         for repack, tiled, shapes, *shift in CONFIGS:
             subprocess.run([sys.executable, "-m", "bench.invariance", "--one", "--repack", str(repack), "--tiled",
                             str(tiled), "--shapes", shapes, "--trials", str(args.trials), "--threads",
@@ -53,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GGML_CPU_TILED_MM"] = str(args.tiled)
     import llama_cpp as lib
 
-    from bench.engine import model
+    from bench.engine import model  # after GGML_CPU_TILED_MM is set
 
     shapes = [int(s) for s in args.shapes.split(",")]
     lib.llama_backend_init()

@@ -22,7 +22,8 @@ from quality.items import load_set
 from quality.local import LocalRunner
 from quality.metrics import auc, summarize
 from shared.config import load_settings
-from shared.profiles import Profile, load_profile
+from shared.derive import serving_profile
+from shared.profiles import Profile
 
 # (text, question, answer): one or two per kind of the eval set, answers in no fixed pattern.
 SHOTS16 = [
@@ -109,7 +110,7 @@ def main() -> int:
     parser.add_argument("--tag", default="", help="only the fit items of this tag (straightforward, adversarial)")
     args = parser.parse_args()
     settings = load_settings({"profile": args.profile or None})
-    base = load_profile(settings.profile)
+    base = serving_profile(settings.profile, settings.model)
     items = [i for i in load_set(args.set_path, "fit") if i.type == "noul" and (not args.tag or i.tag == args.tag)]
     items = items[: args.limit or None]
     chosen = variants(base)

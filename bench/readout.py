@@ -18,7 +18,7 @@ from quality.items import load_set
 from quality.local import LocalRunner
 from quality.readout import collect, describe
 from shared.config import load_settings
-from shared.profiles import load_profile
+from shared.derive import serving_profile
 
 
 def main() -> None:
@@ -31,12 +31,12 @@ def main() -> None:
     items = [i for i in load_set(args.set_path) if i.type == "noul"]
     items = items[:args.limit] if args.limit else items
     started = time.monotonic()
-    runner = LocalRunner(settings, dataclasses.replace(load_profile(settings.profile, head=False)))
+    runner = LocalRunner(settings, dataclasses.replace(serving_profile(settings.profile, settings.model, head=False)))
     try:
         readings = collect(runner, items, lambda r, its: ask_all(r, its, desc="readout"))
     finally:
         runner.close()
-    print(f"profile {settings.profile}, {len(readings)} yes/no items, {time.monotonic() - started:.0f} s; AUC:")
+    print(f"profile {runner.profile.name}, {len(readings)} yes/no items, {time.monotonic() - started:.0f} s; AUC:")
     print(describe(readings))
 
 

@@ -26,8 +26,9 @@ from loadtest import servers, workloads
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from shared.config import Settings
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile
 
 
 def passes(url: str, target: str, profile: Profile, items: list[workloads.Item], n: int) -> list[tuple[float, int]]:
@@ -53,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     items = list(workloads.load(args.workload)[: args.requests])
     settings = Settings()
-    profile = load_profile(settings.profile)
+    profile = serving_profile(settings.profile, settings.model)
     gguf = resolve_model(profile, settings.cache_path, settings.model)
     print(f"# python -m bench.repeats --workload {args.workload} --requests {args.requests} --passes {args.passes}"
           f"  (load average {os.getloadavg()[0]:.2f})")

@@ -25,10 +25,11 @@ from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
 from shared.config import Settings
+from shared.derive import serving_profile
 from shared.llama import tokenize
 from shared.messages import Score, SnapshotStats
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile
 from shared.serving import fingerprint, serving_facts
 
 log = logging.getLogger("jevfleet.gateway")
@@ -221,7 +222,7 @@ def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokeni
 
 def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
     """The gateway's app: the profile's GGUF read vocab-only to tokenize, and the fleet's ROUTER."""
-    profile = load_profile(settings.profile)
+    profile = serving_profile(settings.profile, settings.model)
     model_file = resolve_model(profile, settings.cache_path, settings.model)
     tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads)
     fleet = Fleet(settings, preamble_tokens=tokenizer.preamble_tokens,

@@ -1,5 +1,6 @@
 """The `jevfleet` command: serve (the whole fleet, or one role of it, under supervisord), gateway,
-worker, keys, haproxy-conf, decide, and the answer-quality tools eval and calibrate (quality/).
+worker, keys, haproxy-conf, decide, profile (derived from a GGUF), and the answer-quality tools eval
+and calibrate (quality/).
 
 Every setting (shared/config.py) is also a flag of every subcommand (--batch-tokens for
 batch_tokens ...), generated with its type and help from the settings model.
@@ -52,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     decide.add_argument("--output", type=Path, help="where answers go (never overwritten; "
                         "with --jsonl: appended to, resuming after the lines already there)")
     evaluate = sub.add_parser("eval", help="score answers on a labeled set: accuracy, Brier, ECE, reliability PNG")
-    evaluate.add_argument("--set", dest="set_path", required=True, nargs="+",
-                          help="labeled JSONL set(s), e.g. eval/yesno.jsonl eval/generated.jsonl")
+    evaluate.add_argument("--set", dest="set_path", nargs="+", default=list(QUALITY_SETS),
+                          help="labeled JSONL set(s), e.g. eval/yesno.jsonl eval/generated.jsonl (default: every "
+                               "set in eval/)")
     evaluate.add_argument("--url", default="", help="ask a running server (e.g. http://127.0.0.1:8017) "
                                                     "instead of loading --profile in-process")
     evaluate.add_argument("--split", default="", help="only items of this split (fit or test; default all)")
@@ -72,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "(worker/head.py): <profile>.head.npz and the profile's [head] section")
     for p in (serve, gateway, worker, decide, evaluate, calibrate):
         _add_settings_flags(p)
+    derive = sub.add_parser("profile", help="print the profile derived from a GGUF file (what serve --model uses "
+                                            "without --profile) as TOML, for editing and --profile FILE.toml")
+    derive.add_argument("gguf", type=Path, help="the model file")
     lb = sub.add_parser("haproxy-conf", help="print the HAProxy configuration for several gateways (conf/haproxy.cfg)")
     lb.add_argument("gateways", nargs="+", help="each gateway's HTTP address, ADDR:PORT")
     lb.add_argument("--bind", default="0.0.0.0:8017", help="where HAProxy listens (default 0.0.0.0:8017)")
@@ -97,11 +102,30 @@ def _keys(directory: Path, workers: int) -> int:
     return 0
 
 
+def _profile(gguf: Path) -> int:
+    from shared.derive import derive_data
+    from shared.profile_file import profile_toml
+    from shared.profiles import ProfileError
+
+    try:
+        data = derive_data(gguf)
+    except ProfileError as exc:
+        print(f"jevfleet profile: {exc}", file=sys.stderr)
+        return 2
+    print(profile_toml(data, f"Derived from {gguf.name} by `jevfleet profile` (shared/derive.py): what `jevfleet "
+                             "serve --model` serves\nwithout a profile. Edit it, then serve it with --profile "
+                             "FILE.toml and fit its [calibration]\nwith `jevfleet calibrate --profile FILE.toml`."),
+          end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "keys":
         return _keys(args.directory, args.workers)
+    if args.command == "profile":
+        return _profile(args.gguf)
     try:
         settings = _settings(args)
     except SettingsError as exc:  # a mistyped value: say which, exit 2 like argparse, no traceback

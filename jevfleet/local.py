@@ -22,9 +22,10 @@ from gateway.body import read_body
 from gateway.errors import ApiError
 from gateway.tokenizer import Tokenizer
 from shared.config import Settings
+from shared.derive import serving_profile
 from shared.messages import Error, Message, Result, Score
 from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile
 from worker.engine import Engine
 from worker.job import Job
 from worker.model_thread import ModelThread
@@ -56,7 +57,7 @@ class LocalDecider:
 
     def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
         self.settings = settings
-        self.profile = profile or load_profile(settings.profile)
+        self.profile = profile or serving_profile(settings.profile, settings.model)
         self._waiting: dict[str, _Waiting] = {}
         self._lock = threading.Lock()
         # Loaded on the thread that will decode (worker/model_thread.py says why).
@@ -83,10 +84,19 @@ class LocalDecider:
     def answer_body(self, body: object) -> Future[Answer]:
         """Validate and submit one parsed request body; the future holds what the server would send."""
         try:
-            prepared = pipeline.prepare(body, self.profile)
-            tokens = pipeline.tokenize(prepared, self.tokenizer.encode_request, self.settings.ctx)
+            prepared, tokens = self.prepare(body)
         except ApiError as err:
             return _refused(err)
+        return self.submit(prepared, tokens)
+
+    def prepare(self, body: object) -> tuple[pipeline.Prepared, pipeline.Tokens]:
+        """Validate, render and tokenize one request body as the gateway does (ApiError if refused)."""
+        prepared = pipeline.prepare(body, self.profile)
+        return prepared, pipeline.tokenize(prepared, self.tokenizer.encode_request, self.settings.ctx)
+
+    def submit(self, prepared: pipeline.Prepared, tokens: pipeline.Tokens) -> Future[Answer]:
+        """Queue a prepared request at the scheduler: what is left of the request path is the
+        worker's (bench/floor.py times this part alone)."""
         score = Score(request_id=uuid.uuid4().hex, prefix=tokens.prefix, suffixes=tokens.suffixes,
                       yes_ids=self.tokenizer.yes_ids, no_ids=self.tokenizer.no_ids, deadline=float("inf"))
         pending = Pending.from_score(score)

@@ -15,8 +15,8 @@ import sys
 from string import Template
 
 from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import load_profile
 
 PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
 PROGRAM_SECTION = re.compile(r"^\[program:(\w+)\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
@@ -57,7 +57,7 @@ def serve(settings: Settings) -> int:
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
     # Assemble the model once here, not in N workers racing for the lock.
-    model = resolve_model(load_profile(settings.profile), settings.cache_path, settings.model)
+    model = resolve_model(serving_profile(settings.profile, settings.model), settings.cache_path, settings.model)
     conf = run / "supervisord.conf"
     conf.write_text(render_supervisord_conf(settings))
     os.environ.update(settings.to_env())

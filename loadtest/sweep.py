@@ -45,8 +45,8 @@ from loadtest import fleet_metrics, fresh, results, servers
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from shared.config import PROJECT_ROOT, load_settings
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import load_profile
 
 PROTOCOL_OF = {"jevfleet": "jevfleet", "jevfleet-fast": "jevfleet", "jevfleet-per-core": "jevfleet",
                "jevfleet-big-cells": "jevfleet", "llama-cpp-python": "llama-cpp-python",
@@ -177,7 +177,7 @@ class Sweep:
         self.machine = machine()
         settings = load_settings()
         self.cache = settings.cache_path
-        self.profile = load_profile(settings.profile)
+        self.profile = serving_profile(settings.profile, settings.model)
         self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
         self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users) * args.rounds
         self.runs_done = 0

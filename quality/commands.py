@@ -16,7 +16,8 @@ from quality.local import LocalRunner
 from quality.metrics import Outcome, brier_skill
 from quality.remote import RemoteRunner
 from shared.config import Settings
-from shared.profiles import HEAD_CHOICES, Profile, load_profile
+from shared.derive import serving_profile
+from shared.profiles import HEAD_CHOICES, Profile
 from worker.head import Head
 
 
@@ -34,9 +35,10 @@ def _set_name(set_path: list[str]) -> str:
 def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, out: str, head: str = "profile") -> int:
     """head: "profile" (as the profile says), "on" or "off" (in-process only)."""
     items = load_set(set_path, split)
-    profile = load_profile(settings.profile, head=HEAD_CHOICES[head])
+    profile = serving_profile(settings.profile, settings.model, head=HEAD_CHOICES[head])
     runner = RemoteRunner(url) if url else LocalRunner(settings, profile)
-    where = url or f"profile {settings.profile}{' with its head' if profile.head else ''}, in-process"
+    where = url or (f"profile {profile.name}{' (derived from the file)' if profile.derived else ''}"
+                    f"{' with its head' if profile.head else ''}, in-process")
     try:
         outcomes, skipped = ask_all(runner, items, desc=_set_name(set_path))
     except urllib.error.URLError as exc:
@@ -71,7 +73,7 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
         print(f"jevfleet calibrate: the set needs yes/no items tagged {tag!r} in both a fit and a test split",
               file=sys.stderr)
         return 2
-    runner = LocalRunner(settings, load_profile(settings.profile, head=False))
+    runner = LocalRunner(settings, serving_profile(settings.profile, settings.model, head=False))
     profile = runner.profile
     if head:
         answer_ids = runner.tokenizer.yes_ids + runner.tokenizer.no_ids
@@ -100,6 +102,10 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
     if dry_run:
         print(f"\n--dry-run: {profile.source} left unchanged")
         return 0
+    if profile.derived:  # its source is the GGUF: the figures need a profile file to go into
+        print(f"jevfleet calibrate: the profile is derived from {profile.source}; write it out with `jevfleet "
+              "profile`, then calibrate that file with --profile FILE.toml", file=sys.stderr)
+        return 2
     write_calibration(profile.source, scale, bias)
     print(f"\nwrote [calibration] scale = {scale:.4f}, bias = {bias:.4f} into {profile.source}")
     if learned:

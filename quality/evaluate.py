@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 from tqdm import tqdm
 
 from quality.items import Item, Skipped
-from quality.metrics import Outcome, Summary, by_kind
+from quality.metrics import Outcome, Summary, by_kind, summarize
 from quality.plot import reliability_png
 
 
@@ -44,17 +44,34 @@ def make_report(title: str, outcomes: list[Outcome], skipped: list[Skipped] = ()
 def table(summaries: list[Summary]) -> str:
     """One row per group: AUC (yes/no items only), Brier, its skill over the reference answer,
     ECE, and the p10–p90 range of the answers given."""
-    lines = [f"{'group':<22} {'n':>5} {'accuracy':>9} {'AUC':>6} {'Brier':>7} {'skill':>7} {'ECE':>6} {'p10-p90':>11}"]
+    width = max([22] + [len(s.name) for s in summaries])
+    lines = [f"{'group':<{width}} {'n':>5} {'accuracy':>9} {'AUC':>6} {'Brier':>7} {'skill':>7} {'ECE':>6} "
+             f"{'p10-p90':>11}"]
     for s in summaries:
         auc = "" if s.auc != s.auc else f"{s.auc:.3f}"  # no AUC for choice/score groups
         skill = "" if s.skill != s.skill else f"{s.skill:.3f}"
-        lines.append(f"{s.name:<22} {s.n:>5} {s.accuracy:>9.3f} {auc:>6} {s.brier:>7.3f} {skill:>7} {s.ece:>6.3f}"
+        lines.append(f"{s.name:<{width}} {s.n:>5} {s.accuracy:>9.3f} {auc:>6} {s.brier:>7.3f} {skill:>7} {s.ece:>6.3f}"
                      f" {s.p10:>5.2f}-{s.p90:<5.2f}")
     return "\n".join(lines)
 
 
+def card(outcomes: list[Outcome]) -> list[Summary]:
+    """The quality card's rows (docs/quality.md): yes/no and choice/score items apart, since their
+    Brier scores are on different scales, per tag and then all of each."""
+    tags = [t for t in ("straightforward", "adversarial") if any(o.tag == t for o in outcomes)]
+    rows = []
+    for tag in tags + ["all"]:
+        for group, yes_no in (("yes/no", True), ("choice/score", False)):
+            chosen = [o for o in outcomes if (o.type == "noul") == yes_no and tag in ("all", o.tag)]
+            if chosen:
+                rows.append(summarize(f"{group} {tag}", chosen))
+    return rows
+
+
 def describe(report: Report) -> str:
     text = [report.title, table(report.summaries) if report.summaries else "(no item answered)"]
+    if any(o.tag for o in report.outcomes):
+        text += ["", "quality card (docs/quality.md):", table(card(report.outcomes))]
     if report.skipped:
         text.append(f"skipped {len(report.skipped)} item(s), e.g. {report.skipped[0].id}: {report.skipped[0].reason}")
     return "\n".join(text)

@@ -2,7 +2,7 @@
 variables, then flags.
 
 Invariant: each setting is declared once, in Settings below, with its type, default, bounds and
-description. conf/jevfleet.toml and the README's table repeat the names and defaults for readers
+description. conf/jevfleet.toml and the table in docs/configuration.md repeat the names and defaults for readers
 (tests/test_config.py checks that they agree), `jevfleet --help` is generated from the model
 (jevfleet/cli.py), and the classes that use a setting take it as a required argument instead of
 keeping a default of their own.
@@ -78,9 +78,10 @@ class Settings(BaseSettings):
     run_dir: str = Field("", description="supervisord socket, pid file and logs; empty = /tmp/jevfleet-PORT "
                                          "(/tmp/jevfleet-PORT-workers for role workers)")
     # --- worker (engine) ---
-    profile: str = Field("gemma-3-270m", description="model profile: a name in conf/models, or a path to "
-                                                     "a .toml")
-    model: str = Field("", description="GGUF file overriding the profile's model; empty = the profile's")
+    profile: str = Field("", description="model profile: a name in conf/models, or a path to a .toml; empty = "
+                                         "derived from `model`'s GGUF, or gemma-3-270m when no model is given")
+    model: str = Field("", description="GGUF file: with a profile, replaces the profile's model; without, the "
+                                       "profile is derived from it; empty = the profile's")
     ctx: int = Field(8192, ge=1, description="longest prompt of one question, tokens; longer is refused, "
                                              "never truncated")
     batch_tokens: int = Field(384, ge=1, description="token budget of one scheduler batch")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import platform
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -23,6 +25,21 @@ _llama: ModuleType | None = None
 _log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
 _ggml: ctypes.CDLL | None = None
 _WARN, _ERROR = 3, 4  # ggml_log_level
+_captured: list[str] | None = None  # captured_log's lines while it runs
+
+
+@contextmanager
+def captured_log() -> Iterator[list[str]]:
+    """llama.cpp's warnings and errors of the block in a list instead of on stderr, so a caller
+    can say in one line why a load failed (shared/gguf_file.py). Not for concurrent use: lines
+    other threads cause meanwhile land in the list too."""
+    global _captured
+    llama()
+    _captured = lines = []
+    try:
+        yield lines
+    finally:
+        _captured = None
 
 
 def llama() -> ModuleType:
@@ -35,7 +52,11 @@ def llama() -> ModuleType:
         @llama_cpp.llama_log_callback
         def _log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             if level in (_WARN, _ERROR) and text:
-                sys.stderr.write(text.decode("utf-8", "replace"))
+                line = text.decode("utf-8", "replace")
+                if _captured is not None:
+                    _captured.append(line)
+                else:
+                    sys.stderr.write(line)
 
         _log_callback = _log
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
@@ -92,14 +113,19 @@ def vocab_contains(vocab, fragment: bytes) -> bool:
     (shared/profiles.prefix_encoder). Reads every token once (~0.8 s for Gemma's 262,144, at start)."""
     lib = llama()
     buf = ctypes.create_string_buffer(256)
-    for token in range(lib.llama_vocab_n_tokens(vocab)):
+    return any(fragment in token_text(vocab, token, buf) for token in range(lib.llama_vocab_n_tokens(vocab)))
+
+
+def token_text(vocab, token: int, buf: ctypes.Array | None = None) -> bytes:
+    """The bytes of one token, special tokens with their text (<|im_start|>). `buf`: a buffer to
+    reuse across calls (one per thread)."""
+    lib = llama()
+    buf = buf if buf is not None else ctypes.create_string_buffer(256)
+    n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
+    if n < 0:  # a piece longer than the buffer
+        buf = ctypes.create_string_buffer(-n)
         n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
-        if n < 0:  # a piece longer than the buffer
-            buf = ctypes.create_string_buffer(-n)
-            n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
-        if fragment in buf.raw[:n]:
-            return True
-    return False
+    return buf.raw[:n]
 
 
 class GGUFInitParams(ctypes.Structure):
@@ -108,7 +134,8 @@ class GGUFInitParams(ctypes.Structure):
 
 def ggml() -> ctypes.CDLL:
     """ggml's base library from llama-cpp-python's own build (llama-cpp-python wraps none of it):
-    the tensor accessors an eval callback needs and the GGUF header reader (worker/hidden.py).
+    the tensor accessors an eval callback needs and the GGUF header reader (worker/hidden.py,
+    shared/gguf_file.py).
     Found by llama-cpp-python's own loader, where it found libllama (LLAMA_CPP_LIB_PATH
     included), so both are the same build on every platform it supports."""
     global _ggml
@@ -123,6 +150,7 @@ def ggml() -> ctypes.CDLL:
                 ("ggml_get_data_f32", [p], ctypes.POINTER(ctypes.c_float)),
                 ("gguf_init_from_file", [text, GGUFInitParams], p), ("gguf_free", [p], None),
                 ("gguf_find_key", [p, text], i64), ("gguf_get_val_str", [p, i64], text),
+                ("gguf_get_kv_type", [p, i64], ctypes.c_int), ("gguf_get_val_bool", [p, i64], ctypes.c_bool),
                 ("gguf_find_tensor", [p, text], i64), ("gguf_get_data_offset", [p], size),
                 ("gguf_get_tensor_offset", [p, i64], size), ("gguf_get_tensor_size", [p, i64], size),
                 ("gguf_get_tensor_type", [p, i64], ctypes.c_int)):

@@ -106,3 +106,39 @@ def refusal(exc: ValidationError) -> str:
         return f"{key}: {message.removeprefix('Value error, ')}"
 
     return "; ".join(one(e) for e in exc.errors())
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string, multi-line when the text has lines (a derived preamble then reads as
+    the chat it is); quotes, backslashes and control characters escaped, so no delimiter can
+    show up inside."""
+    def escaped(c: str) -> str:
+        if c in '"\\':
+            return "\\" + c
+        if (ord(c) < 0x20 and c not in "\n\t") or ord(c) == 0x7F:
+            return f"\\u{ord(c):04x}"
+        return c
+
+    body = "".join(escaped(c) for c in text)
+    return f'"""\n{body}"""' if "\n" in text else f'"{body}"'
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return _toml_string(str(value))
+
+
+def profile_toml(data: dict, header: str = "") -> str:
+    """A profile file's text for `data` (ProfileFile's keys: top-level values, then one table per
+    section), which tomllib reads back as `data`. `header`: comment lines put first."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in data.items() if not isinstance(value, dict)]
+    for section, values in data.items():
+        if isinstance(values, dict):
+            lines += ["", f"[{section}]"] + [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"

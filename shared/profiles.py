@@ -46,6 +46,7 @@ class Profile:
     bias: float
     head: str  # the learned head's file (worker/head.py), "" = the plain yes−no margin
     source: Path
+    derived: bool = False  # derived from the GGUF (shared/derive.py), not written by hand
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -75,9 +76,16 @@ def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
         raise ProfileError(f"profile {path}: not TOML: {exc}") from None
     except ValidationError as exc:
         raise ProfileError(f"profile {path}: {refusal(exc)}") from None
+    return profile_from_file(raw, path, head=head)
+
+
+def profile_from_file(raw: ProfileFile, source: Path, *, head: bool | None = None) -> Profile:
+    """The Profile of a checked profile file; `source` is the file it came from (a .toml, or the
+    GGUF a profile was derived from: shared/derive.py), named in errors and digested in the
+    serving facts."""
     use_head = raw.head.enabled if head is None else head
     if use_head and not raw.head.file:
-        raise ProfileError(f"profile {path}: head.file is empty (fit one with `jevfleet calibrate --head`)")
+        raise ProfileError(f"profile {source}: head.file is empty (fit one with `jevfleet calibrate --head`)")
     cal = raw.head if use_head else raw.calibration  # the head's logit has a calibration of its own
     prompt = raw.prompt
     return Profile(
@@ -89,7 +97,7 @@ def load_profile(name_or_path: str, *, head: bool | None = None) -> Profile:
         score_question=prompt.score_question, choice_default=prompt.choice_default,
         score_default=prompt.score_default, option_described=prompt.option_described, yes=prompt.yes,
         no=prompt.no, scale=cal.scale, bias=cal.bias,
-        head=str(path.parent / raw.head.file) if use_head else "", source=path,
+        head=str(source.parent / raw.head.file) if use_head else "", source=source,
     )
 
 

@@ -20,7 +20,8 @@ from gateway.app import SERVER_OPTIONS, create_app
 from gateway.fleet import Fleet
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import default_settings
-from shared.profiles import Profile, load_profile, preamble_tokens
+from shared.derive import serving_profile
+from shared.profiles import Profile, preamble_tokens
 
 PROFILE = "gemma-3-270m"  # pinned: the tests' expected bodies name it
 BOS, YES, NO = 256, 257, 258
@@ -64,7 +65,7 @@ class InProcessGateway:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def _start(self) -> str:
-        profile = load_profile(self.settings.profile)
+        profile = serving_profile(self.settings.profile, self.settings.model)
         tokenizer = ByteTokenizer(profile)
         self.fleet = Fleet(self.settings, preamble_tokens=tokenizer.preamble_tokens)
         app = create_app(self.settings, profile=profile, model_file=self.model_file, tokenizer=tokenizer,

@@ -36,7 +36,7 @@ import yaml
 
 from deploy.image import podman_env
 from shared.config import PROJECT_ROOT
-from tests.netns import alive
+from jevfleet.harness.netns import alive
 
 MANIFESTS = PROJECT_ROOT / "deploy" / "kubernetes"
 PREFIX = "jevk8s"

@@ -3,11 +3,13 @@ snapshot behind, and refuses a readout that does not match llama.cpp's logits an
 moves a deterministic answer."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from jevfleet.harness.engine import default_model, new_engine
-from worker.canary import TOLERANCE, CanaryError, run_canary
+from worker.canary import LAYOUTS, TOLERANCE, CanaryError, layout_mates, run_canary, shape_record
 from worker.engine import Engine
 
 pytestmark = pytest.mark.model
@@ -54,3 +56,29 @@ def test_an_answer_that_moves_among_batch_mates_is_refused(engine, monkeypatch):
     monkeypatch.setattr(engine, "run", moved)
     with pytest.raises(CanaryError, match="not deterministic here"):
         run_canary(engine, profile)
+
+
+def test_more_layouts_are_measured_once_per_model_and_cpu_then_read_from_the_record(engine, tmp_path):
+    profile, _ = default_model()
+    record = shape_record(tmp_path, "ab" * 32)
+    assert record.parent == tmp_path / "shapes" and record.name.startswith("abababababababab-")
+    assert shape_record(tmp_path, "cd" * 32) != record  # another model file, another record
+    first = run_canary(engine, profile, record)
+    assert first.layouts_measured == LAYOUTS and json.loads(record.read_text())["differed"] is False
+    before = engine.decode_calls
+    again = run_canary(engine, profile, record)
+    assert again.layouts_measured == 0 and engine.decode_calls - before == sum(again.decode_calls)
+
+
+def test_a_record_of_a_margin_that_moved_refuses_deterministic_mode_without_measuring(engine, tmp_path):
+    profile, _ = default_model()
+    record = tmp_path / "moved.json"
+    record.write_text(json.dumps({"differed": True}))
+    with pytest.raises(CanaryError, match="not deterministic here"):
+        run_canary(engine, profile, record)
+
+
+def test_the_layouts_put_the_probe_among_other_mates_each_time():
+    layouts = [layout_mates(k) for k in range(LAYOUTS)]
+    assert len({repr(mates) for mates in layouts}) == LAYOUTS
+    assert {len(mates) for mates in layouts} == {1, 2, 3}

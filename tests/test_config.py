@@ -1,5 +1,5 @@
-"""The settings model (shared/config.py) is the one source: the TOML file, the README's table and
-the CLI's flags agree with it; env beats the file, a flag beats env; bad values are refused
+"""The settings model (shared/config.py) is the one source: the TOML file, the table in
+docs/configuration.md and the CLI's flags agree with it; env beats the file, a flag beats env; bad values are refused
 with the setting named."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from shared.llama import MAX_STATE_CACHE
 from worker.cores import derive_cores
 
 DEFAULTS = {name: field.default for name, field in Settings.model_fields.items()}
-README_ROW = re.compile(r"^\| `(\w+)` \| `(.+?)` \| (.+) \|$")
+TABLE_ROW = re.compile(r"^\| `(\w+)` \| `(.+?)` \| (.+) \|$")
 
 
 @pytest.fixture(autouse=True)
@@ -37,19 +37,19 @@ def write_config(tmp_path, monkeypatch, text: str) -> None:
 def test_the_toml_file_lists_exactly_the_models_settings_with_their_defaults():
     with DEFAULT_CONFIG.open("rb") as fh:
         in_file = tomllib.load(fh)
-    assert list(in_file) == list(DEFAULTS)  # same names, same order as the model (and the README)
+    assert list(in_file) == list(DEFAULTS)  # same names, same order as the model (and docs/configuration.md)
     for name, value in in_file.items():
         assert (value, type(value)) == (DEFAULTS[name], type(DEFAULTS[name])), name
 
 
-def test_the_readme_table_lists_exactly_the_models_settings_defaults_and_descriptions():
-    section = (PROJECT_ROOT / "README.md").read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    rows = [README_ROW.match(line) for line in section.splitlines() if line.startswith("| `")]
+def test_the_docs_table_lists_exactly_the_models_settings_defaults_and_descriptions():
+    section = (PROJECT_ROOT / "docs" / "configuration.md").read_text()
+    rows = [TABLE_ROW.match(line) for line in section.splitlines() if line.startswith("| `")]
     assert all(rows), "every row of the settings table: | `name` | `default as in TOML` | description |"
-    in_readme = {m[1]: (tomllib.loads(f"v = {m[2]}")["v"], m[3]) for m in rows}
-    assert list(in_readme) == list(DEFAULTS)
+    in_docs = {m[1]: (tomllib.loads(f"v = {m[2]}")["v"], m[3]) for m in rows}
+    assert list(in_docs) == list(DEFAULTS)
     for name, field in Settings.model_fields.items():
-        assert in_readme[name] == (field.default, field.description), name
+        assert in_docs[name] == (field.default, field.description), name
 
 
 def test_every_setting_is_a_flag_with_its_description_default_and_environment_variable(capsys):

@@ -1,12 +1,16 @@
-"""The llama.cpp engine on the real default model: answers, and their independence from how
-a request was batched or cut (deterministic mode)."""
+"""The llama.cpp engine on both GGUFs here (the default model with its profile, SmolLM2 with the
+profile derived from its file): answers, and their independence from how a request was batched
+or cut (deterministic mode)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from jevfleet.harness.engine import make_job, new_engine
+from jevfleet.harness.engine import model_of, new_engine
+from shared.config import default_settings
+from shared.profiles import Profile
+from worker import warmup
 from shared.messages import prefix_key
 from worker.engine import Engine
 from worker.job import Job
@@ -15,18 +19,30 @@ from worker.pieces import shared_rows
 pytestmark = pytest.mark.model
 
 
-@pytest.fixture(scope="module")
-def engine() -> Engine:
-    engine = new_engine(ctx=2048, state_cache=4, state_cache_tokens=2048)
+PROFILES: dict[int, Profile] = {}  # id(engine) -> the profile its jobs are rendered with
+
+
+@pytest.fixture(scope="module", params=["default", "smollm2-derived"])
+def engine(request) -> Engine:
+    settings = default_settings()
+    if request.param == "smollm2-derived":  # the file alone, no profile named: derived (shared/derive.py)
+        settings = default_settings(model=str(model_of(settings, "smollm2-135m")[1]))
+    engine = new_engine(settings, ctx=2048, state_cache=4, state_cache_tokens=2048)
+    PROFILES[id(engine)] = model_of(settings)[0]
     yield engine
     engine.close()
+
+
+def make_job(engine: Engine, state: str, questions: list[str]) -> Job:
+    """A request rendered with the engine's profile, tokenized as the gateway does."""
+    return warmup.make_job(engine, PROFILES[id(engine)], state, questions)
 
 
 def test_every_suffix_gets_a_finite_margin(engine):
     job = make_job(engine, "The order shipped on Monday.", ["Has the order shipped?", "Was it cancelled?"])
     read = engine.run([job])
     assert job.reused == len(engine.cache.entries[0].tokens)  # the pinned preamble
-    assert read == len(job.prefix) - job.reused + sum(map(len, job.suffixes))
+    assert read == len(job.prefix) - job.reused + job.suffix_reads  # leading tokens two suffixes share, once
     assert len(job.margins) == 2 and all(math.isfinite(m) for m in job.margins)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from jevfleet.cli import main
 from quality.calibration import fit_platt, write_calibration
+from quality.evaluate import card, describe, make_report
 from quality.items import Skipped, load_set
 from quality.metrics import BINS, Outcome, auc, brier_skill, by_kind, summarize
 from quality.remote import RemoteRunner
@@ -77,6 +78,21 @@ def test_summaries_per_tag_come_after_the_kinds():
     rows = by_kind(tagged)
     assert [(r.name, r.n) for r in rows] == [("a", 2), ("b", 1), ("tag straightforward", 2), ("tag adversarial", 1),
                                              ("overall", 3)]
+
+
+def test_the_quality_card_keeps_yes_no_and_choice_score_apart_per_tag_then_all():
+    """The rows of docs/quality.md's cards, printed by `jevfleet eval` under the per-kind table."""
+    picked = dataclasses.replace(noul(0.6, True, "c"), type="choice", probs=(0.6, 0.4), tag="adversarial")
+    tagged = [dataclasses.replace(noul(0.9, True, "a"), tag="straightforward"),
+              dataclasses.replace(noul(0.8, False, "b"), tag="adversarial"),
+              dataclasses.replace(noul(0.2, False, "a"), tag="straightforward"), picked]
+    rows = card(tagged)
+    assert [(r.name, r.n) for r in rows] == [("yes/no straightforward", 2), ("yes/no adversarial", 1),
+                                             ("choice/score adversarial", 1), ("yes/no all", 3),
+                                             ("choice/score all", 1)]
+    assert rows[0].auc == 1.0 and rows[2].auc != rows[2].auc  # no AUC for a choice
+    assert "quality card" in describe(make_report("t", tagged)) and "quality card" not in describe(
+        make_report("t", [noul(0.9, True, "a")]))
 
 
 def test_brier_skill_is_against_the_base_rate_for_yes_no_and_uniform_for_choice():

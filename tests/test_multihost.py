@@ -13,27 +13,19 @@ Each host is pinned to a core and runs 1-thread workers with a small context, so
 """
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
-import shlex
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from jevfleet.haproxy import render_haproxy_conf
+from jevfleet.harness import hosts as harness_hosts
 from jevfleet.harness.load import Clients, by_id, decision, post, states
-from jevfleet.harness.net import http
-from jevfleet.harness.processes import stop_processes, wait_until
-from shared.config import PROJECT_ROOT, default_settings
+from jevfleet.harness.processes import wait_until
+from shared.config import default_settings
 from shared.curve import make_keys
 from tests import netns
 
@@ -55,59 +47,14 @@ def ns(host: str) -> str:
     return f"{PREFIX}{TAG}{host}"
 
 
-def veth(host: str) -> str:
-    return f"jmh{TAG}{host}"  # the host's end; its bridge port in A is this + "p" (<= 15 chars)
-
-
-@dataclass
-class Hosts:
-    tmp: Path
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
-
-    def start(self, name: str, host: str, cmd: list[str], *, core: int | None = None) -> None:
-        """`cmd` in host's namespace, with its own hostname (worker ids are <hostname>/wNN)."""
-        pin = f"taskset -c {core} " if core is not None else ""
-        shell = f"hostname host{host} && exec {pin}" + shlex.join(cmd)
-        self.procs[name] = subprocess.Popen(netns.exec_in(ns(host), "unshare", "--uts", "sh", "-c", shell),
-                                            cwd=PROJECT_ROOT, stdout=open(self.tmp / f"{name}.out", "w"),
-                                            stderr=subprocess.STDOUT)
+class Hosts(harness_hosts.Hosts):
+    """The four hosts, serving with the LIGHT flags; HAProxy's view by its port."""
 
     def serve(self, name: str, host: str, *args: str, core: int) -> None:
-        self.start(name, host, [sys.executable, "-m", "jevfleet", "serve", "--run-dir", str(self.tmp / name),
-                                *LIGHT, *args], core=core)
+        super().serve(name, host, *LIGHT, *args, core=core)
 
-    def health(self, host: str) -> dict:
-        def get() -> dict:
-            try:
-                return json.loads(http("GET", f"http://{HOSTS[host]}:{HTTP_PORT}/health", timeout=5)[2])
-            except (OSError, ValueError):
-                return {}
-        return netns.run_in(ns("a"), get)
-
-    def metrics(self, host: str) -> str:
-        return netns.run_in(ns("a"), lambda: http("GET", f"http://{HOSTS[host]}:{HTTP_PORT}/metrics")[2].decode())
-
-    def pid(self, name: str, program: str) -> int:
-        exe = Path(sys.executable).parent / "supervisorctl"
-        out = subprocess.run([str(exe), "-c", str(self.tmp / name / "supervisord.conf"), "pid", program],
-                             capture_output=True, text=True, timeout=30).stdout
-        return int(out.strip())
-
-    def lb_status(self, lb: int) -> dict[str, str]:
-        """HAProxy's view of each gateway (gw1 = B, gw2 = C): UP, DOWN, ..."""
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(self.tmp / f"haproxy-{lb}.sock"))
-            s.sendall(b"show stat\n")
-            raw = b"".join(iter(lambda: s.recv(65536), b"")).decode()
-        rows = csv.DictReader(io.StringIO(raw.lstrip("# ")))
-        return {r["svname"]: r["status"] for r in rows if r["svname"].startswith("gw")}
-
-    def logs(self) -> str:
-        files = sorted(self.tmp.glob("*.out")) + sorted(self.tmp.glob("*/*.log"))
-        return "".join(f"\n--- {p.relative_to(self.tmp)}\n{p.read_text()[-1500:]}" for p in files)
-
-    def stop(self) -> None:
-        stop_processes(self.procs.values(), timeout=60)
+    def lb_status(self, lb: int) -> dict[str, str]:  # gw1 = B, gw2 = C
+        return super().lb_status(self.tmp / f"haproxy-{lb}.sock")
 
 
 @pytest.fixture
@@ -116,32 +63,15 @@ def four_hosts(tmp_path):
     netns.require_netns()
     if shutil.which("haproxy") is None:
         pytest.skip("haproxy is not installed (make test installs it when run as root)")
-    netns.remove_leftovers(PREFIX)
-    bridge = f"jmh{TAG}br"
+    hosts = Hosts(prefix=PREFIX, link="jmh", addresses=HOSTS, tmp=tmp_path, http_port=HTTP_PORT, tag=TAG)
     try:
-        for host in HOSTS:
-            netns.add(ns(host))
-        netns.sh("ip", "-n", ns("a"), "link", "add", bridge, "type", "bridge")
-        netns.sh("ip", "-n", ns("a"), "addr", "add", f"{HOSTS['a']}/24", "dev", bridge)
-        netns.sh("ip", "-n", ns("a"), "link", "set", bridge, "up")
-        for host in "bcd":
-            port = veth(host) + "p"
-            netns.sh("ip", "link", "add", veth(host), "netns", ns(host), "type", "veth", "peer", "name", port,
-                     "netns", ns("a"))
-            netns.sh("ip", "-n", ns("a"), "link", "set", port, "master", bridge, "up")
-            netns.sh("ip", "-n", ns(host), "addr", "add", f"{HOSTS[host]}/24", "dev", veth(host))
-            netns.sh("ip", "-n", ns(host), "link", "set", veth(host), "up")
+        hosts.create()
     except subprocess.CalledProcessError as exc:
-        for host in HOSTS:
-            netns.delete(ns(host))
         pytest.skip(f"cannot set up network namespaces here: {' '.join(exc.cmd)}: {exc.stderr.strip()}")
-    hosts = Hosts(tmp_path)
     try:
         yield hosts
     finally:
-        hosts.stop()
-        for host in HOSTS:
-            netns.delete(ns(host))
+        hosts.remove()
 
 
 def through(port: int, tag: str) -> Clients:
@@ -238,12 +168,12 @@ def test_one_service_over_four_hosts_survives_gateway_worker_and_link_loss(four_
             wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["queued_requests"], "D holding requests")
             resent = hosts.health("b")["fleet"]["resent"]
             cut = time.monotonic()
-            netns.sh("ip", "-n", ns("d"), "link", "set", veth("d"), "down")
+            hosts.set_link("d", up=False)
             wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["state"] == "down", "D seen gone")
             timings["link cut -> D taken out by B"] = time.monotonic() - cut
             count = load.answered()
             wait_until(lambda: load.answered() >= count + 4, "answers while D is cut off")
-            netns.sh("ip", "-n", ns("d"), "link", "set", veth("d"), "up")
+            hosts.set_link("d", up=True)
             back = time.monotonic()
             wait_until(lambda: by_id(hosts.health("b"))["hostd/w00"]["state"] == "up", "D rejoined")
             timings["link up -> D serving again"] = time.monotonic() - back

@@ -15,7 +15,7 @@ from gateway.capacity import NO_WORKER_RETRY_S, Unavailable
 from gateway.fleet import Fleet
 from gateway.shedding import refuse_if_full
 from jevfleet.harness.scripted_worker import ScriptedWorker
-from shared.profiles import load_profile
+from shared.derive import serving_profile
 from tests.inprocess import ByteTokenizer
 from tests.test_fleet import run, running, score, settings, until
 
@@ -60,7 +60,7 @@ SMALL = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul"
 async def app_client(tmp_path, **changes):
     """The real app over a Fleet with no worker yet, and a test client for it (no model)."""
     s = settings(tmp_path, run_dir=str(tmp_path), **changes)
-    profile = load_profile(s.profile)
+    profile = serving_profile(s.profile, s.model)
     tokenizer = ByteTokenizer(profile)
     fleet = Fleet(s, preamble_tokens=tokenizer.preamble_tokens)
     model_file = tmp_path / "model.gguf"

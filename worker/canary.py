@@ -8,21 +8,34 @@ model, this build of llama.cpp and this CPU what its answers rest on, instead of
   output matrix shows as a gap;
 - in deterministic mode, the same probe read alone and in two batches of other shapes (batch mates
   that move its rows to other places in other micro-batches) gives bit-identical margins, the
-  promise the micro-batch shape rules of worker/pieces.py keep on the CPUs they were measured on.
+  promise the micro-batch shape rules of worker/pieces.py keep on the CPUs they were measured on;
+- and the first time a model file runs on a CPU and llama.cpp build, LAYOUTS more such batches:
+  the shape rules were read from the kernels Gemma's weights take and measured on one CPU, and a
+  GGUF of other weight types or another CPU may take kernels with rules of their own. The result
+  is kept under cache_dir/shapes/ by model digest and CPU flags (shape_record), so the
+  measurement runs once; a record of a margin that moved refuses deterministic mode at once.
 
 Invariant: a worker whose canary fails does not serve; the error names the check in one line.
 The canary's runs are warm runs (worker/engine.py): no snapshot is left behind.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
+import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from shared.llama import llama
 from shared.profiles import Profile
-from worker.engine import Engine
+from worker.engine import UBATCH, Engine
 from worker.job import Job
+from worker.pieces import MIN_ROWS, ROW_STEP
 from worker.warmup import make_job
 
 # A logit from h against llama.cpp's: tests/test_readout.py measured up to 6.8e-3 over 2,744 prompts
@@ -34,6 +47,7 @@ MATES = [("The meeting moved to Thursday.", ["Is the meeting on Monday?"]),
          ("Invoice 88 for 240 euros was paid by card on Friday; the receipt went to the office in Porto.",
           ["Was the invoice paid?", "Was it paid in cash?", "Is the office in Lisbon?"]),
          ("Hi", ["Is this a greeting?"])]
+LAYOUTS = 12  # batch-mate layouts measured once per model file, CPU and build (shape_record)
 
 
 class CanaryError(RuntimeError):
@@ -45,6 +59,7 @@ class CanaryReport:
     output_type: str  # the output matrix's tensor type (Q8_0 is the rounding the readout mirrors)
     max_logit_gap: float  # largest |logit from h − llama.cpp's logit| at the answer tokens
     decode_calls: tuple[int, ...]  # llama_decode calls of each run: alone, then among batch mates
+    layouts_measured: int  # more layouts run for the shape record (0: none, or read from the record)
     seconds: float
 
 
@@ -59,8 +74,68 @@ def _run(engine: Engine, jobs: list[Job]) -> int:
     return engine.decode_calls - before
 
 
-def run_canary(engine: Engine, profile: Profile) -> CanaryReport:
-    """Check the engine as the module docstring says; CanaryError on the first check that fails."""
+def _moved_among(engine: Engine, profile: Profile, alone: Job, mates: list[tuple[str, list[str]]], at: int) -> int:
+    """The probe read again with `mates` around it (it goes at index `at`): CanaryError when its
+    margins are not bit for bit those it got alone; the llama_decode calls of the batch."""
+    batch = [make_job(engine, profile, state, questions) for state, questions in mates]
+    probe = _probe(engine, profile)
+    batch.insert(at, probe)
+    calls = _run(engine, batch)
+    if probe.margins != alone.margins:
+        raise CanaryError(
+            f"start-up canary: deterministic mode is not deterministic here: the probe's margin "
+            f"{alone.margins[0]!r} alone became {probe.margins[0]!r} among {len(mates)} batch mate(s); "
+            "run with --mode fast")
+    return calls
+
+
+def layout_mates(k: int) -> list[tuple[str, list[str]]]:
+    """Layout k's batch mates: 1-3 requests of 1-60 words and 1-3 questions each, drawn from seed
+    k, so that the probe's rows land at other places in other micro-batches in every layout."""
+    rng = random.Random(k)
+    words = "the order parcel invoice was late paid sent broken to our office on Monday in Porto and".split()
+    return [(" ".join(rng.choice(words) for _ in range(rng.randint(1, 60))),
+             [f"Is it {rng.choice(words)}?" for _ in range(rng.randint(1, 3))]) for _ in range(rng.randint(1, 3))]
+
+
+def shape_record(cache_dir: Path, model_sha256: str) -> Path:
+    """Where the layouts measured for this model file, this CPU and this llama.cpp build are kept:
+    the three things that pick the kernels a row goes through."""
+    lib = llama()
+    build = f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()}"
+    return cache_dir / "shapes" / f"{model_sha256[:16]}-{hashlib.sha256(build.encode()).hexdigest()[:16]}.json"
+
+
+def _measure_once(engine: Engine, profile: Profile, alone: Job, record: Path) -> int:
+    """LAYOUTS more layouts the first time (CanaryError on a moved margin, kept as such), none
+    once `record` says they agreed; the number of layouts run."""
+    if record.is_file():
+        if json.loads(record.read_text())["differed"]:
+            raise CanaryError(f"start-up canary: deterministic mode is not deterministic here ({record} measured a "
+                              "margin that moved among batch mates); run with --mode fast")
+        return 0
+    failure = None
+    try:
+        for k in range(LAYOUTS):
+            mates = layout_mates(k)
+            _moved_among(engine, profile, alone, mates, k % (len(mates) + 1))
+    except CanaryError as exc:
+        failure = exc
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"rows": f"multiples of {ROW_STEP} from {MIN_ROWS} to {UBATCH}",
+                               "layouts": LAYOUTS, "differed": failure is not None,
+                               "profile": profile.name,
+                               "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+    os.replace(tmp, record)  # several workers may measure at once: each writes the whole record
+    if failure:
+        raise failure
+    return LAYOUTS
+
+
+def run_canary(engine: Engine, profile: Profile, record: Path | None = None) -> CanaryReport:
+    """Check the engine as the module docstring says; CanaryError on the first check that fails.
+    record: shape_record()'s file (deterministic mode), measured once and then read."""
     started = time.monotonic()
     alone = _probe(engine, profile)
     ids = np.array(sorted(set(alone.yes_ids) | set(alone.no_ids)), dtype=np.int64)
@@ -75,15 +150,10 @@ def run_canary(engine: Engine, profile: Profile) -> CanaryReport:
     if not gap <= TOLERANCE:
         raise CanaryError(f"start-up canary: the answer logits read from the hidden state differ from llama.cpp's "
                           f"own by {gap:.3g} (tolerance {TOLERANCE}); the readout does not fit this model or build")
+    measured = 0
     if engine.deterministic:
         for mates in (MATES[:1], MATES[1:]):
-            batch = [make_job(engine, profile, state, questions) for state, questions in mates]
-            probe = _probe(engine, profile)
-            calls.append(_run(engine, batch[:1] + [probe] + batch[1:]))
-            if probe.margins != alone.margins:
-                raise CanaryError(
-                    f"start-up canary: deterministic mode is not deterministic here: the probe's margin "
-                    f"{alone.margins[0]!r} alone became {probe.margins[0]!r} among {len(batch)} batch mate(s); "
-                    "run with --mode fast")
+            calls.append(_moved_among(engine, profile, alone, mates, 1))
+        measured = _measure_once(engine, profile, alone, record) if record else 0
     return CanaryReport(output_type=engine.readout.matrix.type_name, max_logit_gap=gap, decode_calls=tuple(calls),
-                        seconds=time.monotonic() - started)
+                        layouts_measured=measured, seconds=time.monotonic() - started)

@@ -27,15 +27,17 @@ from shared import curve
 from shared.config import Settings
 from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score, WorkerStats,
                              decode, encode)
+from shared.derive import serving_profile
 from shared.model_files import file_sha256, resolve_model
-from shared.profiles import Profile, load_profile, preamble_tokens
+from shared.profiles import Profile, preamble_tokens
 from shared.serving import serving_facts
-from worker.canary import run_canary
+from worker.canary import run_canary, shape_record
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
 from worker.head import load_head
 from worker.model_thread import ModelThread
 from worker.outbox import Outbox
+from worker.sanity import check_sanity
 from worker.scheduler import Pending, Scheduler
 from worker.warmup import startup_warmup
 
@@ -53,10 +55,15 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
                                   head=load_head(Path(profile.head)) if profile.head else None)
     if pin_preamble:
         engine.pin(preamble_tokens(engine.tokenize, profile))
-    report = run_canary(engine, profile)  # CanaryError: this engine must not answer (worker/canary.py)
+    record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None
+    report = run_canary(engine, profile, record)  # CanaryError: this engine must not answer (worker/canary.py)
     log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own, "
              "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
-             "bit-identical alone and among batch mates" if engine.deterministic else "fast mode: not bit-checked")
+             f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
+             if engine.deterministic else "fast mode: not bit-checked")
+    if profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
+        log.info("sanity check of the derived profile: %.2f of its pairs the right way round",
+                 check_sanity(engine, profile))
     return engine
 
 
@@ -67,7 +74,7 @@ class WorkerProcess:
         self.cores = parse_cores(cores) if cores else derive_cores(index, settings.cores_per_worker)
         pin(self.cores)
         self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
-        self.profile = load_profile(settings.profile)
+        self.profile = serving_profile(settings.profile, settings.model)
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
         self.threads = settings.threads or len(self.cores)

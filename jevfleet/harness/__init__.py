@@ -9,6 +9,8 @@ start jevfleet, reach it and measure it, written once for all of them.
                         what /health and /proc say about a fleet
     stats.py            the one percentile
     engine.py           the model as a worker finds it and an engine as a worker builds it
+    netns.py, hosts.py  network namespaces as hosts on one bridge, each running parts of a fleet
+    chaos*.py           `make chaos`: faults under load, every answer checked against a quiet reference
     scripted_worker.py  a stand-in worker for tests and the gateway benchmarks: real ZeroMQ and
                         real messages, answers made up, no model
 

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import Settings, default_settings, replace
+from shared.derive import serving_profile
 from shared.model_files import resolve_model
-from shared.profiles import Profile, load_profile
+from shared.profiles import Profile
 from worker import warmup
 from worker.engine import Engine
 from worker.job import Job
@@ -23,7 +24,7 @@ def model_of(settings: Settings, profile_name: str = "") -> tuple[Profile, Path]
 @lru_cache(maxsize=8)
 def _model(profile_name: str, cache_path: Path, override: str) -> tuple[Profile, Path]:
     """Cached: resolving a packaged model checks the assembled file's SHA-256."""
-    profile = load_profile(profile_name)
+    profile = serving_profile(profile_name, override)
     return profile, resolve_model(profile, cache_path, override)
 
 

@@ -1,0 +1,151 @@
+"""The limit as a figure: the engine alone on first-seen requests, back to back, beside the fleet
+and llama-server on the same requests.
+
+    make bench-floor                      # or: python -m bench.floor [--requests W1-fresh=60,...]
+
+The floor is what this machine can do with our engine and nothing around it: the requests are
+validated, rendered and tokenized before the clock starts (jevfleet/local.py's prepare), then
+handed one at a time to a worker's scheduler and engine in this process (preamble pinned, the
+default settings), each waited for before the next. No HTTP, no ZeroMQ, no gateway. The fleet
+(`jevfleet serve` at its defaults) and llama-server (as the sweep starts it) get the same
+requests over HTTP from one client on one kept connection, also one at a time.
+
+Every request is first-seen to every target: each is a process of its own, started once, and
+each workload's items come from one range of loadtest/fresh.py. All three are up at once and take
+turns request by request (the same item to each, one after the other), so that a machine whose
+speed drifts, as a shared VM's does, slows all three alike. A few warm-up requests from another
+range go first. Per workload it prints answers/s (a W4-fresh request counts its 20 questions), the
+p50 wall time, and the ratios fleet ÷ floor (issue 29's goal: ≥ 0.95) and llama-server ÷ floor.
+Not run by the tests; quote it with the load average.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from tqdm import tqdm
+
+from jevfleet.harness.net import KeptConnection
+from jevfleet.local import LocalDecider
+from loadtest import fresh, servers
+from loadtest.llama_server import ensure_llama_server
+from loadtest.protocols import PROTOCOLS
+from loadtest.workloads import Item, decision_body
+from shared.config import load_settings
+from shared.derive import serving_profile
+from shared.model_files import resolve_model
+from shared.profiles import Profile
+
+REQUESTS = {"W1-fresh": 60, "W3-fresh": 100, "W4-fresh": 8}
+WARMUP = 3  # requests per workload before the timed ones, from WARMUP_START on
+WARMUP_START = fresh.RUN_STRIDE - 1000  # a range the timed requests do not reach
+TARGETS = ("floor", "jevfleet", "llama-server")
+
+Send = Callable[[Item], float]  # answers one request: the seconds it took
+
+
+@contextmanager
+def floor_target() -> Iterator[Send]:
+    """The engine alone: the request prepared first, then only the scheduler and engine timed."""
+    decider = LocalDecider(load_settings())
+    try:
+        def send(item: Item) -> float:
+            prepared, tokens = decider.prepare(decision_body(item))
+            start = time.perf_counter()
+            answer = decider.submit(prepared, tokens).result()
+            took = time.perf_counter() - start
+            assert answer.status == 200, answer.body
+            return took
+        yield send
+    finally:
+        decider.close()
+
+
+@contextmanager
+def http_target(name: str, profile: Profile, logs: Path) -> Iterator[Send]:
+    """A server started fresh, one client on one kept connection; the body encoded before the clock."""
+    settings = load_settings()
+    if name == "jevfleet":
+        server = servers.jevfleet(logs)
+    else:
+        gguf = resolve_model(profile, settings.cache_path, settings.model)
+        server = servers.llama_server(ensure_llama_server(settings.cache_path), gguf, logs,
+                                      threads=servers.BASELINE_THREADS, ctx=servers.BASELINE_CTX, slots=servers.SLOTS)
+    protocol = PROTOCOLS[name]
+    with server as url:
+        conn = KeptConnection(url, timeout=600)
+        try:
+            def send(item: Item) -> float:
+                body = json.dumps(protocol.body(profile, item)).encode()
+                start = time.perf_counter()
+                status, _, raw = conn.post(protocol.path, body)
+                took = time.perf_counter() - start
+                assert status == 200, raw[:300]
+                protocol.check(json.loads(raw), profile, item)
+                return took
+            yield send
+        finally:
+            conn.close()
+
+
+def questions(item: Item) -> int:
+    return 1 if item.options else len(item.questions)
+
+
+def start(name: str, profile: Profile, logs: Path) -> AbstractContextManager[Send]:
+    return floor_target() if name == "floor" else http_target(name, profile, logs / name)
+
+
+def parse_requests(text: str) -> dict[str, int]:
+    out = dict(REQUESTS)
+    for part in filter(None, text.split(",")):
+        workload, _, n = part.partition("=")
+        if workload not in REQUESTS:
+            raise SystemExit(f"--requests: {workload!r} is not one of {', '.join(REQUESTS)}")
+        out[workload] = int(n)
+    return {w: n for w, n in out.items() if n > 0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", default="", help="per workload, e.g. W1-fresh=60,W4-fresh=0 (0 skips it)")
+    parser.add_argument("--targets", default=",".join(TARGETS), help=f"a subset of {','.join(TARGETS)}")
+    args = parser.parse_args()
+    requests = parse_requests(args.requests)
+    targets = [t for t in args.targets.split(",") if t]
+    settings = load_settings()
+    profile = serving_profile(settings.profile, settings.model)
+    print(f"# python -m bench.floor --requests {','.join(f'{w}={n}' for w, n in requests.items())}"
+          f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
+    seconds: dict[tuple[str, str], list[float]] = {(t, w): [] for t in targets for w in requests}
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        send = {name: stack.enter_context(start(name, profile, Path(tmp))) for name in targets}
+        for workload, n in requests.items():
+            for i in range(WARMUP):
+                for name in targets:
+                    send[name](fresh.item(workload, WARMUP_START + i))
+            for i in tqdm(range(n), desc=workload, unit="request"):
+                item = fresh.item(workload, i)
+                for name in targets:  # the targets take turns, request by request
+                    seconds[name, workload].append(send[name](item))
+    print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
+    print("| workload | " + " | ".join(f"{t} answers/s (p50 ms)" for t in targets) + " | "
+          + " | ".join(f"{t} ÷ floor" for t in targets if t != "floor") + " |")
+    print("|---" * (2 * len(targets)) + "|")
+    for workload in requests:
+        per_q = questions(fresh.item(workload, 0))
+        rate = {t: per_q * len(seconds[t, workload]) / sum(seconds[t, workload]) for t in targets}
+        cells = [f"{rate[t]:.2f} ({statistics.median(seconds[t, workload]) * 1000:.0f})" for t in targets]
+        ratios = [f"{rate[t] / rate['floor']:.2f}" if "floor" in rate else "—" for t in targets if t != "floor"]
+        print(f"| {workload} | " + " | ".join(cells + ratios) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""A model profile derived from a GGUF file: what `jevfleet serve --model PATH.gguf` serves when no
+profile is named, and what `jevfleet profile PATH.gguf` prints for editing.
+
+- An instruction-tuned file (a `tokenizer.chat_template` in its metadata) is asked in its own chat
+  format: the template is rendered with Jinja2 the way llama-cpp-python renders it, for a system
+  turn, the few-shot profile's examples as user/assistant turns, and a last user turn holding the
+  state and the question. Marker strings stand in for the two, and the rendered text is cut
+  around them: the turns before the last are the preamble, the state goes in the prefix and the
+  question in the suffix.
+- A base model (no template) gets the few-shot profile (FEW_SHOT) with its own file.
+
+Nothing is trusted because the template looked right; each is checked on this file's vocabulary
+before the profile is returned, and a failure is a ModelFileError (one line, exit 2):
+- the template renders, and keeps the state and the question as given;
+- the prefix/suffix cut is a token boundary: tokenizing prefix and suffix alone gives the ids of
+  the whole prompt, for every probe (the cut is moved until it is, or the file is refused);
+- the yes and the no answer are each one token, the token the model reads after the prompt, and
+  distinct: "Yes"/"No" after an assistant turn start, " Yes"/" No" after "Answer:", whichever
+  the vocabulary has as single tokens in that place.
+The fourth check, that the answers rank better than chance, needs the model: worker/sanity.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared.gguf_file import GgufFile, ModelFileError, read_gguf
+from shared.profile_file import ProfileFile, refusal
+from shared.profiles import (Profile, ProfileError, encode_prefix, encode_suffix, load_profile,
+                             profile_from_file)
+
+DEFAULT_PROFILE = "gemma-3-270m"  # served when neither a profile nor a model file is named
+FEW_SHOT = "gemma-3-270m"  # a base model's profile; its preamble's examples become a chat's example turns
+SYSTEM = "You answer questions about a text with Yes or No."
+STATE, QUESTION = "@@JEV-STATE@@", "@@JEV-QUESTION@@"  # stand-ins cut out of the rendered template
+# States and questions whose prompts must tokenize the same whole and cut (plain text, as users send)
+PROBES = [("The parcel was delivered to the front desk on Tuesday.", "Has the parcel been delivered?"),
+          ("Hi", "Is this a greeting?"), ("Order 5521: 2 mugs, 12.50 EUR (paid).", "Was it paid in cash?"),
+          ("Ça coûte 30 € — trop cher !", "Is the writer unhappy?")]
+FIXED_DATE = datetime.datetime(2026, 1, 1)  # what strftime_now shows a template (see _render)
+_EXAMPLE = re.compile(r"Text: (.*)\nQuestion: (.*)\nAnswer: (.*)\n")
+
+
+def _examples() -> list[tuple[str, str, str]]:
+    """(text, question, answer) of the few-shot profile's examples, so both kinds of profile teach
+    the same eight cases."""
+    return [(t, q, a.strip()) for t, q, a in _EXAMPLE.findall(load_profile(FEW_SHOT).preamble)]
+
+
+def _escape(text: str) -> str:
+    """Template text as str.format reads it (the gateway formats prefix and suffix)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _render(gguf: GgufFile, messages: list[dict[str, str]], generation: bool) -> str:
+    """The template rendered as llama-cpp-python renders it for a chat, with two changes that keep
+    the prompt a pure function of the file: strftime_now gives a fixed date (templates that print
+    today's date would otherwise give a gateway and a worker started on different days different
+    preambles), and enable_thinking is off (a reasoning template would open a thinking block where
+    the answer goes)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    formatter = Jinja2ChatFormatter(gguf.chat_template, eos_token=gguf.eos, bos_token=gguf.bos,
+                                    add_generation_prompt=generation)
+    formatter.strftime_now = lambda fmt: FIXED_DATE.strftime(fmt)  # type: ignore[method-assign]
+    return formatter(messages=messages, enable_thinking=False).prompt
+
+
+def _conversation(gguf: GgufFile) -> list[dict[str, str]]:
+    """The messages of a decision, with a system turn when the template takes one, else its text
+    folded into the first user turn (Gemma's templates refuse a system role, some raise)."""
+    turns = []
+    for text, question, answer in _examples():
+        turns += [{"role": "user", "content": f"Text: {text}\nQuestion: {question}"},
+                  {"role": "assistant", "content": answer}]
+    turns.append({"role": "user", "content": f"Text: {STATE}\nQuestion: {QUESTION}"})
+    with_system = [{"role": "system", "content": SYSTEM}] + turns
+    folded = [{"role": "user", "content": f"{SYSTEM}\n\n{turns[0]['content']}"}] + turns[1:]
+    error: Exception | None = None
+    for messages in (with_system, folded):
+        try:
+            text = _render(gguf, messages, True)
+        except Exception as exc:  # a template may raise anything (raise_exception, TypeError, ...)
+            error = exc
+            continue
+        if text.count(STATE) == 1 and text.count(QUESTION) == 1 and text.index(STATE) < text.index(QUESTION):
+            return messages
+        error = ValueError("it does not keep the user's text as given")
+    raise ModelFileError(f"model file {gguf.path}: its chat template does not render "
+                         f"({type(error).__name__}: {error})".replace("\n", " "))
+
+
+def boundary_holds(tokenize, profile: Profile) -> bool:
+    """Whether every probe's prefix and suffix, tokenized apart as gateway and worker do, give the
+    ids of the whole prompt tokenized at once."""
+    for state, question in PROBES:
+        prefix = profile.preamble + profile.prefix.format(state=state)
+        suffix = profile.suffix.format(question=question)
+        whole = tokenize(prefix + suffix, add_bos=profile.add_bos, special=bool(profile.control))
+        if encode_prefix(tokenize, profile, prefix) + encode_suffix(tokenize, profile, suffix) != whole:
+            return False
+    return True
+
+
+def _answer_words(gguf: GgufFile, prompt: str, special: bool, candidates: list[str]) -> list[str]:
+    """The candidates that are one token alone and the same one token read after `prompt`."""
+    before = gguf.tokenize(prompt, special=special)
+    usable = []
+    for word in candidates:
+        alone = gguf.tokenize(word)
+        if len(alone) == 1 and gguf.tokenize(prompt + word, special=special) == before + alone:
+            usable.append(word)
+    return usable
+
+
+def _answers(gguf: GgufFile, prompt: str, special: bool, lead: str) -> dict[str, list[str]]:
+    """yes and no answer words read after `prompt`: the first of the form the model writes there
+    (`lead` in front: "" after an assistant turn start, " " after "Answer:"), the bare word and
+    the word after a space that is one token there, with its lowercase form where that is one
+    token too; refused when either side has none, or when they share a token."""
+    out = {}
+    for key, word in (("yes", "Yes"), ("no", "No")):
+        forms = list(dict.fromkeys([lead + word, word, " " + word]))
+        usable = _answer_words(gguf, prompt, special, forms)
+        if not usable:
+            raise ModelFileError(f"model file {gguf.path}: no usable {key} token: none of {forms} is one token "
+                                 "of its vocabulary where the answer goes")
+        out[key] = usable[:1] + _answer_words(gguf, prompt, special, [usable[0].lower()])
+    ids = {key: {gguf.tokenize(w)[0] for w in words} for key, words in out.items()}
+    if ids["yes"] & ids["no"]:
+        raise ModelFileError(f"model file {gguf.path}: no usable yes/no tokens: yes {out['yes']} and "
+                             f"no {out['no']} share a token")
+    return out
+
+
+def _chat_prompt(gguf: GgufFile) -> tuple[dict[str, Any], bool]:
+    """The [prompt] of a chat-template profile, the cut put where the boundary holds."""
+    messages = _conversation(gguf)
+    text = _render(gguf, messages, True)
+    try:
+        history = _render(gguf, messages[:-1], False)
+    except Exception:  # a template may insist on ending with a user turn: then no preamble of its own
+        history = ""
+    preamble = history if text.startswith(history) else ""
+    at_state, at_question = text.index(STATE), text.index(QUESTION)
+    between = text[at_state + len(STATE):at_question]  # "\nQuestion: "
+    control = [c for c in gguf.control if c in text]
+    add_bos = gguf.add_bos and not (gguf.bos and text.startswith(gguf.bos))
+    base = load_profile(FEW_SHOT)
+    cuts = [between.find("\n") + 1] if "\n" in between else []
+    for cut in dict.fromkeys(cuts + [len(between), 0]):
+        prompt = {
+            "control": control, "preamble": preamble,
+            "prefix": _escape(text[len(preamble):at_state]) + "{state}" + _escape(between[:cut]),
+            "suffix": _escape(between[cut:]) + "{question}" + _escape(text[at_question + len(QUESTION):]),
+        }
+        candidate = _profile(gguf, _data(gguf, {**_question_words(base), **prompt, "yes": ["Yes"], "no": ["No"]},
+                                         add_bos, ""))
+        if boundary_holds(gguf.tokenize, candidate):
+            return {**prompt, **_answers(gguf, _probe_prompt(candidate), True, "")}, add_bos
+    raise ModelFileError(f"model file {gguf.path}: no prefix/suffix cut of its chat template is a token boundary")
+
+
+def _question_words(base: Profile) -> dict[str, str]:
+    """How questions, choices and scores are worded: the few-shot profile's, the same for every model."""
+    keys = ("default_question", "true_means", "false_means", "choice_question", "score_question",
+            "choice_default", "score_default", "option_described")
+    return {key: getattr(base, key) for key in keys}
+
+
+def _few_shot_prompt(gguf: GgufFile) -> tuple[dict[str, Any], bool]:
+    base = load_profile(FEW_SHOT)
+    prompt = {"preamble": base.preamble, "prefix": base.prefix, "suffix": base.suffix}
+    candidate = _profile(gguf, _data(gguf, {**_question_words(base), **prompt, "yes": list(base.yes),
+                                            "no": list(base.no)}, gguf.add_bos, ""))
+    if not boundary_holds(gguf.tokenize, candidate):
+        raise ModelFileError(f"model file {gguf.path}: the few-shot prompt's prefix/suffix cut is not a token "
+                             "boundary of its vocabulary")
+    return {**prompt, **_answers(gguf, _probe_prompt(candidate), False, " ")}, gguf.add_bos
+
+
+def _probe_prompt(profile: Profile) -> str:
+    state, question = PROBES[0]
+    return profile.preamble + profile.prefix.format(state=state) + profile.suffix.format(question=question)
+
+
+def _data(gguf: GgufFile, prompt: dict[str, Any], add_bos: bool, how: str) -> dict[str, Any]:
+    """The data of a profile file (ProfileFile's keys) for `gguf` with this [prompt]."""
+    return {
+        "name": gguf.path.stem,
+        "description": f"{gguf.name} ({gguf.architecture}), {how}; derived from the file by jevfleet",
+        "licence": gguf.licence,
+        "model": {"path": str(gguf.path.resolve()), "add_bos": add_bos},
+        "prompt": prompt,
+        "calibration": {"scale": 1.0, "bias": 0.0},  # uncalibrated: `jevfleet calibrate` fits it
+    }
+
+
+def _profile(gguf: GgufFile, data: dict[str, Any]) -> Profile:
+    try:
+        raw = ProfileFile.model_validate(data)
+    except ValidationError as exc:
+        raise ModelFileError(f"model file {gguf.path}: the derived profile is not valid: {refusal(exc)}") from None
+    return dataclasses.replace(profile_from_file(raw, gguf.path, head=False), derived=True)
+
+
+def _derive(path: Path) -> tuple[GgufFile, dict[str, Any]]:
+    gguf = read_gguf(path)
+    chat = bool(gguf.chat_template)
+    prompt, add_bos = _chat_prompt(gguf) if chat else _few_shot_prompt(gguf)
+    how = "asked through its chat template" if chat else f"a base model asked with the {FEW_SHOT} few-shot prompt"
+    return gguf, _data(gguf, {**prompt, **_question_words(load_profile(FEW_SHOT))}, add_bos, how)
+
+
+def derive_data(path: Path) -> dict[str, Any]:
+    """The derived profile as the data of a profile file (ProfileFile's keys), checked: what
+    `jevfleet profile` prints."""
+    return _derive(path)[1]
+
+
+def derive_profile(path: Path) -> Profile:
+    """The profile `jevfleet serve --model PATH` serves when no profile is named."""
+    return _profile(*_derive(path))
+
+
+def serving_profile(profile: str, model: str, *, head: bool | None = None) -> Profile:
+    """The profile a process serves, from the settings `profile` and `model`. A named profile
+    always: hand-written profiles take precedence, with `model` then only replacing its GGUF.
+    With none named and a `model`, the profile derived from that file (its chat template, or the
+    few-shot prompt for a base model). With neither, DEFAULT_PROFILE. Gateway and workers derive
+    alike, from the same file, so they agree on every prompt."""
+    if profile or not model:
+        return load_profile(profile or DEFAULT_PROFILE, head=head)
+    if head:
+        raise ProfileError(f"a profile derived from {model} has no learned head: write it out with "
+                           "`jevfleet profile`, then fit one with `jevfleet calibrate --head --profile FILE`")
+    return derive_profile(Path(model))
