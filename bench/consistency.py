@@ -28,12 +28,10 @@ from typing import Any
 
 from jevfleet.harness.net import KeptConnection
 from loadtest import fresh, servers, validate
-from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import Item
 from shared.config import load_settings
 from shared.derive import serving_profile
-from shared.model_files import resolve_model
 from shared.profiles import Profile
 
 TARGETS = ("jevfleet", "llama-server")
@@ -49,13 +47,7 @@ def p_yes(target: str, profile: Profile, item: Item, body: Any) -> list[float]:
 
 def one_pass(target: str, profile: Profile, items: list[Item], clients: int, logs: Path) -> list[list[float]]:
     """A fresh server answers `items` from `clients` concurrent clients: P(yes) per item."""
-    settings = load_settings()
-    if target == "jevfleet":
-        server = servers.jevfleet(logs)
-    else:
-        gguf = resolve_model(profile, settings.cache_path, settings.model)
-        server = servers.llama_server(ensure_llama_server(settings.cache_path), gguf, logs,
-                                      threads=servers.BASELINE_THREADS, ctx=servers.BASELINE_CTX, slots=servers.SLOTS)
+    server = servers.ours_or_llama_server(target, profile, logs)
     protocol = PROTOCOLS[target]
     answers: list[list[float]] = [[] for _ in items]
     with server as url:

@@ -35,12 +35,10 @@ from tqdm import tqdm
 from jevfleet.harness.net import KeptConnection
 from jevfleet.local import LocalDecider
 from loadtest import fresh, servers
-from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import Item, decision_body
 from shared.config import load_settings
 from shared.derive import serving_profile
-from shared.model_files import resolve_model
 from shared.profiles import Profile
 
 REQUESTS = {"W1-fresh": 60, "W3-fresh": 100, "W4-fresh": 8}
@@ -71,13 +69,7 @@ def floor_target() -> Iterator[Send]:
 @contextmanager
 def http_target(name: str, profile: Profile, logs: Path) -> Iterator[Send]:
     """A server started fresh, one client on one kept connection; the body encoded before the clock."""
-    settings = load_settings()
-    if name == "jevfleet":
-        server = servers.jevfleet(logs)
-    else:
-        gguf = resolve_model(profile, settings.cache_path, settings.model)
-        server = servers.llama_server(ensure_llama_server(settings.cache_path), gguf, logs,
-                                      threads=servers.BASELINE_THREADS, ctx=servers.BASELINE_CTX, slots=servers.SLOTS)
+    server = servers.ours_or_llama_server(name, profile, logs)
     protocol = PROTOCOLS[name]
     with server as url:
         conn = KeptConnection(url, timeout=600)

@@ -16,7 +16,10 @@ from typing import Callable, Iterator
 from jevfleet.harness.fleet import start_fleet
 from jevfleet.harness.net import free_port, probe
 from jevfleet.harness.processes import stop_process, wait_until
-from shared.config import PROJECT_ROOT
+from loadtest.llama_server import ensure_llama_server
+from shared.config import PROJECT_ROOT, load_settings
+from shared.model_files import resolve_model
+from shared.profiles import Profile
 
 READY_TIMEOUT_S = 300.0
 # The baselines as the sweep runs them by default (its --threads, --baseline-ctx, --slots).
@@ -76,3 +79,14 @@ def llama_server(binary: Path, gguf: Path, log_dir: Path, *, threads: int, ctx: 
     cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
            "-c", str(ctx * slots), "-np", str(slots), "--swa-full", "--no-webui"]
     return running("llama-server", cmd, port, answers_200("/health"), log_dir)
+
+
+def ours_or_llama_server(target: str, profile: Profile, log_dir: Path) -> AbstractContextManager[str]:
+    """`jevfleet` ("jevfleet": its defaults) or llama-server ("llama-server": as the sweep starts
+    it, on the profile's GGUF), started fresh: for the benchmarks that send both the same requests."""
+    if target == "jevfleet":
+        return jevfleet(log_dir)
+    settings = load_settings()
+    gguf = resolve_model(profile, settings.cache_path, settings.model)
+    return llama_server(ensure_llama_server(settings.cache_path), gguf, log_dir,
+                        threads=BASELINE_THREADS, ctx=BASELINE_CTX, slots=SLOTS)
