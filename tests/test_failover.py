@@ -97,6 +97,25 @@ def test_sigterm_to_the_gateway_finishes_in_flight_requests_and_exits_0(duo):
     assert post(duo.url, decision(states(1, tag="after ")[0])).status == 200
 
 
+
+def test_sigterm_to_the_whole_fleet_stops_the_gateway_first_and_loses_nothing(tmp_path):
+    """make serve's Ctrl-C: supervisord stops the gateway before the workers (conf/supervisord.conf's
+    priorities), so what the gateway accepted is answered by workers still running. Stopped the
+    other way round, the one worker would hand its queue back to a gateway with no worker left,
+    and those requests would wait for their deadline and get 503."""
+    fleet = start_fleet(tmp_path, workers=1, extra=["--deadline-s", "60", *CHECKED])
+    pids = [w["pid"] for w in workers(fleet).values()]
+    payloads = [decision(s) for s in states(4, tag="whole fleet ", words=600)]
+    with ThreadPoolExecutor(4) as pool:
+        running = [pool.submit(post, fleet.url, p) for p in payloads]
+        with paused(pids):  # every request accepted and owed its answer before the SIGTERM
+            fleet.wait_for(lambda h: h["fleet"]["inflight"] == 4, "requests in flight")
+        code = fleet.stop()
+        assert [f.result().status for f in running] == [200] * 4
+    assert code == 0, fleet.logs()
+    log = (tmp_path / "supervisord.log").read_text()
+    assert log.index("stopped: gateway") < log.index("stopped: worker_00"), log[-2000:]
+
 def log_lines_after(path, text: str, since: float) -> list[tuple[float, str]]:
     """The lines of `path` containing `text` logged from `since` (time.time()) on, each with its
     seconds after `since`."""
