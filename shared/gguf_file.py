@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.llama import GGUFInitParams, captured_log, ggml, llama, load_model, token_text
+from shared.llama import captured_log, ggml, gguf_header, llama, load_model, token_text
 from shared.llama import tokenize as llama_tokenize
 from shared.profiles import ProfileError
 
@@ -61,10 +61,9 @@ def _metadata(path: Path) -> dict[str, str | bool]:
     """The header fields a profile is derived from, by ggml's own GGUF reader (the gguf package's
     Python reader takes 11 s over Gemma's 262,144-token vocabulary, ggml's a few ms)."""
     lib = ggml()
-    ctx = lib.gguf_init_from_file(str(path).encode(), GGUFInitParams(True, None))
-    if not ctx:
-        raise ModelFileError(f"model file {path}: not a readable GGUF (ggml cannot parse its header)")
-    try:
+    with gguf_header(path) as ctx:
+        if ctx is None:
+            raise ModelFileError(f"model file {path}: not a readable GGUF (ggml cannot parse its header)")
         out: dict[str, str | bool] = {}
         for keys, kind in ((_STRINGS, GGUF_TYPE_STRING), (_BOOLS, GGUF_TYPE_BOOL)):
             for key in keys:
@@ -73,8 +72,6 @@ def _metadata(path: Path) -> dict[str, str | bool]:
                     out[key] = (lib.gguf_get_val_str(ctx, at).decode("utf-8", "replace") if kind == GGUF_TYPE_STRING
                                 else bool(lib.gguf_get_val_bool(ctx, at)))
         return out
-    finally:
-        lib.gguf_free(ctx)
 
 
 def _control_texts(vocab) -> tuple[str, ...]:

@@ -157,3 +157,16 @@ def ggml() -> ctypes.CDLL:
             getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
         _ggml = lib
     return _ggml
+
+
+@contextmanager
+def gguf_header(path: Path) -> Iterator[int | None]:
+    """ggml's GGUF reader on `path`'s header, tensor data not loaded (the reader llama.cpp loads
+    with): its context for gguf_* calls, or None when ggml cannot parse the file; freed after."""
+    lib = ggml()
+    ctx = lib.gguf_init_from_file(str(path).encode(), GGUFInitParams(True, None))
+    try:
+        yield ctx or None
+    finally:
+        if ctx:
+            lib.gguf_free(ctx)

@@ -29,7 +29,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from shared.llama import GGUFInitParams, ggml, llama
+from shared.llama import ggml, gguf_header, llama
 
 HIDDEN_NODE = b"result_norm"  # the name every llama.cpp model graph gives the normed final state
 Q8_0_BLOCK = 32
@@ -54,10 +54,9 @@ class OutputMatrix:
 
     def __init__(self, path: Path, *, n_vocab: int, n_embd: int) -> None:
         lib = ggml()
-        ctx = lib.gguf_init_from_file(str(path).encode(), GGUFInitParams(True, None))
-        if not ctx:
-            raise RuntimeError(f"ggml could not read {path}")
-        try:
+        with gguf_header(path) as ctx:
+            if ctx is None:
+                raise RuntimeError(f"ggml could not read {path}")
             arch = lib.gguf_get_val_str(ctx, lib.gguf_find_key(ctx, b"general.architecture")).decode()
             if lib.gguf_find_key(ctx, f"{arch}.final_logit_softcapping".encode()) >= 0:
                 raise ValueError(f"{path.name}: its logits are soft-capped, which a linear readout of the "
@@ -70,8 +69,6 @@ class OutputMatrix:
             offset = lib.gguf_get_data_offset(ctx) + lib.gguf_get_tensor_offset(ctx, tensor)
             size = lib.gguf_get_tensor_size(ctx, tensor)
             self._type = GGMLQuantizationType(lib.gguf_get_tensor_type(ctx, tensor))
-        finally:
-            lib.gguf_free(ctx)
         self.n_vocab, self.n_embd = n_vocab, n_embd
         self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(n_vocab, size // n_vocab))
         self._rows: dict[int, np.ndarray] = {0: self.rows([0])[0]}  # gguf dequantizes this type, or fail now
