@@ -222,7 +222,10 @@ def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokeni
 
 def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
     """The gateway's app: the profile's GGUF read vocab-only to tokenize, and the fleet's ROUTER."""
-    profile = serving_profile(settings.profile, settings.model)
+    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    if profile.derived and not profile.calibration_record:
+        log.warning("the profile derived from %s is served uncalibrated: no calibration is recorded in %s "
+                    "(`jevfleet serve` fits one; derived_calibration)", profile.source, settings.cache_path)
     model_file = resolve_model(profile, settings.cache_path, settings.model)
     tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads)
     fleet = Fleet(settings, preamble_tokens=tokenizer.preamble_tokens,

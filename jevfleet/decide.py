@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gateway.errors import error_json
 from jevfleet.local import Answer, LocalDecider
+from quality.derived import calibrated_serving_profile
 from shared.config import Settings
 
 
@@ -26,7 +27,7 @@ def decide_file(settings: Settings, request: Path, output: Path | None) -> int:
     except OSError as exc:
         print(f"decide: cannot read {request}: {exc.strerror}", file=sys.stderr)
         return 1
-    decider = LocalDecider(settings)
+    decider = LocalDecider(settings, calibrated_serving_profile(settings))
     try:
         answer = decider.answer(raw).result()
     finally:
@@ -50,7 +51,7 @@ def decide_jsonl(settings: Settings, requests: Path, output: Path) -> int:
     """Many requests, one per line; errors become {"error": body} lines; resumable."""
     from jevfleet.jsonl import run_jsonl
 
-    decider = LocalDecider(settings)
+    decider = LocalDecider(settings, calibrated_serving_profile(settings))
 
     def line_of(answer: Answer) -> dict:
         return answer.body if answer.status == 200 else {"error": answer.body}

@@ -57,7 +57,14 @@ def serve(settings: Settings) -> int:
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
     # Assemble the model once here, not in N workers racing for the lock.
-    model = resolve_model(serving_profile(settings.profile, settings.model), settings.cache_path, settings.model)
+    profile = serving_profile(settings.profile, settings.model)
+    model = resolve_model(profile, settings.cache_path, settings.model)
+    if profile.derived and settings.role != "workers":  # its calibration: fitted here once, before a gateway reads it
+        from quality.derived import calibrated_serving_profile
+
+        profile = calibrated_serving_profile(settings)
+        print(f"jevfleet: the profile derived from {model.name}, calibration scale = {profile.scale:.4f}, "
+              f"bias = {profile.bias:.4f} ({profile.calibration_record or 'none recorded'})", flush=True)
     conf = run / "supervisord.conf"
     conf.write_text(render_supervisord_conf(settings))
     os.environ.update(settings.to_env())

@@ -50,9 +50,17 @@ def fit_platt(margins: np.ndarray, labels: np.ndarray, *, steps: int = 100) -> t
         if np.max(np.abs(t * step)) < 1e-10:
             break
     if w[0] < 0:  # the loss is convex, so the constrained optimum lies on scale = 0
-        base = float(np.mean(y))
-        return 0.0, float(np.log(base / (1 - base)))
+        return 0.0, flat_bias(labels)
     return float(w[0]), float(w[1])
+
+
+def flat_bias(labels: np.ndarray) -> float:
+    """The bias of the flat calibration (scale 0): the log-odds of the base rate of Platt's targets,
+    so that every answer is the share of yes in the fit."""
+    labels = np.asarray(labels, dtype=bool)
+    n_yes, n_no = labels.sum(), (~labels).sum()
+    base = float(np.mean(np.where(labels, (n_yes + 1) / (n_yes + 2), 1 / (n_no + 2))))
+    return float(np.log(base / (1 - base)))
 
 
 def recalibrated(profile: Profile, outcomes: list[Outcome], scale: float, bias: float) -> list[Outcome]:

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
                                          "derived from `model`'s GGUF, or gemma-3-270m when no model is given")
     model: str = Field("", description="GGUF file: with a profile, replaces the profile's model; without, the "
                                        "profile is derived from it; empty = the profile's")
+    derived_calibration: int = Field(1, ge=0, le=1, description="1 = a profile derived from `model` is "
+                                     "calibrated on the built-in labelled set (eval/plain.jsonl) when first "
+                                     "served, 1-2 min once per model file, kept in cache_dir/calibration/; 0 = "
+                                     "served uncalibrated")
     ctx: int = Field(8192, ge=1, description="longest prompt of one question, tokens; longer is refused, "
                                              "never truncated")
     batch_tokens: int = Field(384, ge=1, description="token budget of one scheduler batch")
@@ -101,7 +105,8 @@ class Settings(BaseSettings):
                                     "cells of states that left or never entered state_cache, restored "
                                     "instead of read when they come back; 0 = off")
     warmup: int = Field(1, ge=0, le=1, description="1 = warm up before registering; 0 = off")
-    cache_dir: str = Field("", description="where the assembled default GGUF is kept; empty = ~/.cache/jevfleet")
+    cache_dir: str = Field("", description="where the assembled default GGUF, the measured batch shapes and derived profiles' "
+                                           "calibrations are kept; empty = ~/.cache/jevfleet")
 
     @classmethod
     def settings_customise_sources(

@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from shared.config import PROJECT_ROOT
 from shared.gguf_file import GgufFile, ModelFileError, read_gguf
+from shared.model_files import file_sha256
 from shared.profile_file import ProfileFile, refusal
 from shared.profiles import (Profile, ProfileError, encode_prefix, encode_suffix, load_profile,
                              profile_from_file)
@@ -43,6 +47,9 @@ PROBES = [("The parcel was delivered to the front desk on Tuesday.", "Has the pa
           ("Hi", "Is this a greeting?"), ("Order 5521: 2 mugs, 12.50 EUR (paid).", "Was it paid in cash?"),
           ("Ça coûte 30 € — trop cher !", "Is the writer unhappy?")]
 FIXED_DATE = datetime.datetime(2026, 1, 1)  # what strftime_now shows a template (see _render)
+# The labelled set a derived profile's calibration is fitted on (its fit split's straightforward
+# yes/no items, as `jevfleet calibrate` fits a hand-written profile by default): eval/README.md.
+CALIBRATION_SET = PROJECT_ROOT / "eval" / "plain.jsonl"
 _EXAMPLE = re.compile(r"Text: (.*)\nQuestion: (.*)\nAnswer: (.*)\n")
 
 
@@ -197,7 +204,7 @@ def _data(gguf: GgufFile, prompt: dict[str, Any], add_bos: bool, how: str) -> di
         "licence": gguf.licence,
         "model": {"path": str(gguf.path.resolve()), "add_bos": add_bos},
         "prompt": prompt,
-        "calibration": {"scale": 1.0, "bias": 0.0},  # uncalibrated: `jevfleet calibrate` fits it
+        "calibration": {"scale": 1.0, "bias": 0.0},  # uncalibrated: serving fits it (quality/derived.py)
     }
 
 
@@ -228,15 +235,41 @@ def derive_profile(path: Path) -> Profile:
     return _profile(*_derive(path))
 
 
-def serving_profile(profile: str, model: str, *, head: bool | None = None) -> Profile:
+def calibration_record(cache_dir: Path, profile: Profile) -> Path | None:
+    """Where the calibration fitted for a derived profile is kept (quality/derived.py writes it):
+    named by what its margins depend on, so that another file, prompt, set or llama.cpp build
+    never reads a stale one. None when the built-in set is not here (a wheel without eval/)."""
+    import llama_cpp
+
+    if not CALIBRATION_SET.is_file():
+        return None
+    key = json.dumps([file_sha256(profile.source), profile.add_bos, profile.control, profile.preamble,
+                      profile.prefix, profile.suffix, profile.yes, profile.no, file_sha256(CALIBRATION_SET),
+                      llama_cpp.__version__])
+    return cache_dir / "calibration" / f"{profile.source.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def with_recorded_calibration(profile: Profile, cache_dir: Path) -> Profile:
+    """A derived profile with the scale and bias recorded for it, or as it is (uncalibrated)."""
+    record = calibration_record(cache_dir, profile)
+    if record is None or not record.is_file():
+        return profile
+    fitted = json.loads(record.read_text())
+    return dataclasses.replace(profile, scale=float(fitted["scale"]), bias=float(fitted["bias"]),
+                               calibration_record=str(record))
+
+
+def serving_profile(profile: str, model: str, *, head: bool | None = None, cache_dir: Path | None = None) -> Profile:
     """The profile a process serves, from the settings `profile` and `model`. A named profile
     always: hand-written profiles take precedence, with `model` then only replacing its GGUF.
     With none named and a `model`, the profile derived from that file (its chat template, or the
-    few-shot prompt for a base model). With neither, DEFAULT_PROFILE. Gateway and workers derive
-    alike, from the same file, so they agree on every prompt."""
+    few-shot prompt for a base model), with the calibration recorded for it in `cache_dir` if
+    there is one. With neither, DEFAULT_PROFILE. Gateway and workers derive alike, from the same
+    file, so they agree on every prompt."""
     if profile or not model:
         return load_profile(profile or DEFAULT_PROFILE, head=head)
     if head:
         raise ProfileError(f"a profile derived from {model} has no learned head: write it out with "
                            "`jevfleet profile`, then fit one with `jevfleet calibrate --head --profile FILE`")
-    return derive_profile(Path(model))
+    derived = derive_profile(Path(model))
+    return with_recorded_calibration(derived, cache_dir) if cache_dir is not None else derived

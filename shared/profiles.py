@@ -47,6 +47,7 @@ class Profile:
     head: str  # the learned head's file (worker/head.py), "" = the plain yes−no margin
     source: Path
     derived: bool = False  # derived from the GGUF (shared/derive.py), not written by hand
+    calibration_record: str = ""  # a derived profile's: the file its scale and bias came from, "" = none
 
 
 def profile_path(name_or_path: str) -> Path:

@@ -28,7 +28,12 @@ def model_flags(which: str) -> list[str]:
 @pytest.mark.fleet
 @pytest.mark.parametrize("which", ["default", "smollm2-derived"])
 def test_conformance_suite_passes_every_must_with_an_api_key(tmp_path, which):
-    fleet = start_fleet(tmp_path, workers=1, env={"JEV_API_KEY": API_KEY}, extra=model_flags(which))
+    # a derived profile's first serve fits its calibration first (quality/derived.py: ~2 min, once per cache dir)
+    fleet = start_fleet(tmp_path, workers=1, env={"JEV_API_KEY": API_KEY}, extra=model_flags(which),
+                        timeout=120 if which == "default" else 480)
+    if which != "default":
+        said = (tmp_path / "serve.out").read_text()
+        assert "calibration scale = " in said and "none recorded" not in said, said
     try:
         report = run(fleet.url, key=API_KEY, timeout=300)
     finally:

@@ -1,0 +1,115 @@
+"""The calibration a profile derived from a GGUF file is served with, fitted where it is first
+served and kept for the gateways to read.
+
+A derived profile (shared/derive.py) has the prompt right but no calibration: its P(yes) would be
+sigmoid(raw margin), which for SmolLM2 put every answer between 0.03 and 0.13. A hand-written
+profile gets its scale and bias from `jevfleet calibrate`, fitted on the fit split's plainly worded
+yes/no items; a derived one gets them the same way, without the user supplying labels: the same
+items of the built-in set (shared/derive.CALIBRATION_SET) are asked in-process, through the
+gateway's and a worker's code (quality/local.py), and Platt scaling is fitted on their margins.
+
+Only the gateway applies a calibration, and it has no model to fit one with. So `jevfleet serve`
+(and eval and decide, which answer in-process) fit it before anything is served and write it to
+cache_dir/calibration/, named by the model file, the prompt, the set and llama.cpp's version;
+every gateway started from the same cache then reads the same two numbers. It is fitted once per
+model file: 832 items, 44 s (Gemma) to 106 s (SmolLM2) on two cores, with a progress bar.
+
+Where the margins rank the items no better than chance, the fit is flat: a two-fold check on the
+fit split itself (by question, so a scenario's two texts stay together) must show Brier skill, else
+every answer is the base rate, as a hand-written profile would get from calibrate's refusal. The
+test split is never read here: it stays held back for `jevfleet eval`.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from quality.calibration import fit_platt, flat_bias
+from quality.items import load_set
+from quality.local import LocalRunner
+from shared.config import Settings
+from shared.derive import CALIBRATION_SET, calibration_record, serving_profile, with_recorded_calibration
+from shared.profiles import Profile
+
+TAG = "straightforward"  # the items calibrate fits a hand-written profile on by default (eval/README.md)
+
+
+def calibrated_serving_profile(settings: Settings, *, head: bool | None = None) -> Profile:
+    """serving_profile for these settings; a derived one with its calibration, fitted here first
+    if none is recorded yet (unless derived_calibration is 0, or the set is not installed: then
+    it is served uncalibrated and this says so on stderr)."""
+    profile = serving_profile(settings.profile, settings.model, head=head, cache_dir=settings.cache_path)
+    if not profile.derived or profile.calibration_record:
+        return profile
+    record = calibration_record(settings.cache_path, profile)
+    if not settings.derived_calibration or record is None:
+        why = "derived_calibration is 0" if record is not None else f"the built-in set {CALIBRATION_SET} is not here"
+        print(f"jevfleet: warning: the profile derived from {profile.source.name} is served uncalibrated ({why}); "
+              "P(yes) is sigmoid(raw margin)", file=sys.stderr)
+        return profile
+    record.parent.mkdir(parents=True, exist_ok=True)
+    with open(record.with_suffix(".lock"), "w") as lock:  # two serves at once: one fits, the other reads it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.is_file():
+            _fit_and_record(settings, profile, record)
+    return with_recorded_calibration(profile, settings.cache_path)
+
+
+def _fit_and_record(settings: Settings, profile: Profile, record) -> None:
+    items = [i for i in load_set(CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == TAG]
+    print(f"jevfleet: calibrating the profile derived from {profile.source.name} on {len(items)} yes/no items of "
+          f"{CALIBRATION_SET.name} (once per model file; kept in {record.parent})", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    runner = LocalRunner(settings, profile)
+    try:
+        with tqdm(total=len(items), desc="calibrating", unit="q", file=sys.stderr) as bar:
+            outcomes = runner.ask(items, bar.update)
+    finally:
+        runner.close()
+    answered = [o for o in outcomes if getattr(o, "margin", None) is not None]
+    if len(answered) != len(items):
+        raise RuntimeError(f"calibration: {len(items) - len(answered)} of {len(items)} items got no margin")
+    margins = np.array([o.margin for o in answered])
+    labels = np.array([o.answer == 0 for o in answered])
+    groups = [repr((i.kind, i.question)) for i in items]  # a scenario: one question, two texts
+    scale, bias = fit_platt(margins, labels)
+    skill = cross_validated_skill(margins, labels, groups)
+    if not skill > 0:  # no better than the base rate on held-out folds: flat, as calibrate would refuse
+        scale, bias = 0.0, flat_bias(labels)
+    tmp = record.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({
+        "scale": scale, "bias": bias, "items": len(items), "set": CALIBRATION_SET.name, "split": "fit", "tag": TAG,
+        "two_fold_brier_skill": skill if math.isfinite(skill) else None,
+        "model": str(profile.source.resolve()), "profile": profile.name,
+        "seconds": round(time.monotonic() - start, 1),
+        "fitted": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+    os.replace(tmp, record)
+    print(f"jevfleet: calibration scale = {scale:.4f}, bias = {bias:.4f} (two-fold Brier skill {skill:.3f}) "
+          f"in {record}", file=sys.stderr, flush=True)
+
+
+def cross_validated_skill(margins: np.ndarray, labels: np.ndarray, groups: list[str]) -> float:
+    """Brier skill of Platt scaling on held-out data: the groups (e.g. questions) alternate between
+    two folds, each fold is predicted by the fit on the other, and the Brier score is compared
+    with predicting each fold's base rate from the other fold (-inf when a fold has one answer)."""
+    order = {g: k for k, g in enumerate(dict.fromkeys(groups))}
+    fold = np.array([order[g] % 2 for g in groups])
+    p = np.empty(len(labels))
+    base = np.empty(len(labels))
+    for k in (0, 1):
+        train, held = fold != k, fold == k
+        try:
+            scale, bias = fit_platt(margins[train], labels[train])
+        except ValueError:  # a fold with one answer only: nothing to say
+            return -math.inf
+        p[held] = 1 / (1 + np.exp(-(scale * margins[held] + bias)))
+        base[held] = labels[train].mean()
+    brier, reference = np.mean((p - labels) ** 2), np.mean((base - labels) ** 2)
+    return float(1 - brier / reference) if reference > 0 else -math.inf

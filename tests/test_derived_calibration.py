@@ -1,0 +1,89 @@
+"""The calibration a derived profile is served with (quality/derived.py): fitted once on the
+built-in set where it is first served, recorded by model file, prompt, set and llama.cpp build,
+read back by every gateway, flat where the margins rank no better than chance."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import quality.derived
+import shared.derive
+from jevfleet.harness.engine import model_of
+from quality.calibration import fit_platt, flat_bias
+from quality.derived import calibrated_serving_profile, cross_validated_skill
+from shared.config import default_settings, replace
+from shared.derive import calibration_record, derive_profile, serving_profile
+
+PAIRS = [str(k // 2) for k in range(400)]  # 200 scenarios: a yes item and a no item each
+LABELS = np.array([True, False] * 200)
+
+
+# --- no model needed ---
+
+def test_margins_that_rank_the_answers_have_two_fold_skill_and_margins_that_cannot_tell_have_none():
+    rng = np.random.default_rng(7)
+    assert cross_validated_skill(rng.normal(size=400) + 1.5 * LABELS, LABELS, PAIRS) > 0.1
+    blind = np.repeat(rng.normal(size=200), 2)  # each scenario's yes and no text get the same margin
+    assert cross_validated_skill(blind, LABELS, PAIRS) <= 0
+    assert cross_validated_skill(rng.normal(size=400) - 1.5 * LABELS, LABELS, PAIRS) <= 0  # the wrong way round
+
+
+def test_groups_keep_a_scenario_on_one_side_so_a_fold_never_lacks_an_answer():
+    """Grouped by item, the alternating yes/no items would put every yes in one fold: no fit there."""
+    margins = np.random.default_rng(3).normal(size=400) + LABELS
+    assert cross_validated_skill(margins, LABELS, [str(k) for k in range(400)]) == -np.inf
+    assert np.isfinite(cross_validated_skill(margins, LABELS, PAIRS))
+
+
+def test_the_flat_calibration_answers_the_base_rate_of_the_fit():
+    labels = np.array([True, True, True, False])
+    base = 1 / (1 + np.exp(-flat_bias(labels)))
+    assert base == pytest.approx(np.mean([4 / 5, 4 / 5, 4 / 5, 1 / 3]))
+    assert fit_platt(np.arange(4.0), labels) == (0.0, flat_bias(labels))  # ranked the wrong way: flat
+
+
+# --- the model ---
+
+@pytest.fixture
+def small_set(tmp_path, monkeypatch):
+    """24 fit items of the built-in set (12 scenarios), so that a fit takes seconds."""
+    lines = [line for line in shared.derive.CALIBRATION_SET.read_text().splitlines() if '"split": "fit"' in line
+             and '"tag": "straightforward"' in line]
+    path = tmp_path / "plain.jsonl"
+    path.write_text("\n".join(lines[:24]) + "\n")
+    monkeypatch.setattr(shared.derive, "CALIBRATION_SET", path)
+    monkeypatch.setattr(quality.derived, "CALIBRATION_SET", path)
+    return path
+
+
+@pytest.mark.model
+def test_the_first_serve_fits_and_records_it_and_every_gateway_reads_the_same_numbers(tmp_path, small_set,
+                                                                                    monkeypatch, capsys):
+    smollm2 = model_of(default_settings(), "smollm2-135m")[1]
+    settings = replace(default_settings(), model=str(smollm2), cache_dir=str(tmp_path / "cache"), threads=2)
+    fitted = calibrated_serving_profile(settings)
+    record = calibration_record(settings.cache_path, derive_profile(smollm2))
+    assert fitted.calibration_record == str(record) and record.is_file()
+    kept = json.loads(record.read_text())
+    assert (fitted.scale, fitted.bias) == (kept["scale"], kept["bias"]) and kept["items"] == 24
+    assert "calibrating" in capsys.readouterr().err  # progress on stderr
+    # a gateway (no model loaded) reads the record; a second serve fits nothing
+    assert serving_profile("", str(smollm2), cache_dir=settings.cache_path) == fitted
+    monkeypatch.setattr(quality.derived, "LocalRunner", None)  # would raise if a fit were tried
+    assert calibrated_serving_profile(settings) == fitted
+    # another set is another record: the one kept for the old set is never read for it
+    small_set.write_text(small_set.read_text().replace("Ticket", "Message", 1))
+    assert calibration_record(settings.cache_path, derive_profile(smollm2)) != record
+    assert serving_profile("", str(smollm2), cache_dir=settings.cache_path).calibration_record == ""
+
+
+@pytest.mark.model
+def test_with_derived_calibration_off_it_is_served_uncalibrated_and_says_so(tmp_path, small_set, capsys):
+    smollm2 = model_of(default_settings(), "smollm2-135m")[1]
+    settings = replace(default_settings(), model=str(smollm2), cache_dir=str(tmp_path), derived_calibration=0)
+    profile = calibrated_serving_profile(settings)
+    assert (profile.scale, profile.bias, profile.calibration_record) == (1.0, 0.0, "")
+    assert "served uncalibrated (derived_calibration is 0)" in capsys.readouterr().err
+    assert not (tmp_path / "calibration").exists()
