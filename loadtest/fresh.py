@@ -7,10 +7,11 @@ a workload is a pure function of (workload, i), and the sweep gives every run it
 (loadtest/sweep.py, RUN_STRIDE apart), the same range to every target of one round, so the
 servers get the same prompts and no request is sent twice in a whole sweep.
 
-A state is made new by a reference line in front of a text of workloads.json ("Case 48213-7:"):
+A state is made new by a reference line in front of a text of workloads.json ("Case 61803399:"):
 a server's prefix cache matches token by token from the start, so everything after the shared
 preamble is a miss, exactly as for a text never seen before; the rest of the text keeps the
-lengths the repeat-heavy workloads have, so the two kinds compare.
+lengths the repeat-heavy workloads have, so the two kinds compare (the line itself adds 11 of
+Gemma's tokens: W1-fresh reads a median 58 tokens after the preamble where W1 reads 47).
 
 - W1-fresh: one short question about a new short state (W1's texts), every request.
 - W3-fresh: many questions about new long states: W3's 100 requests (5 states, 20 questions
@@ -35,17 +36,26 @@ RUN_STRIDE = 1_000_000  # items a run may use: far above any run's requests (~60
 W3_STATES = 5  # W3's states, asked in turn
 W4_QUESTIONS = workloads.W4_QUESTIONS
 REPEAT_POOL, ZIPF_S = 1000, 1.0
+MARK_DIGITS = 8  # a reference number's digits: 10**8 items, a hundred runs of RUN_STRIDE
+REPEATS_AT = 10**MARK_DIGITS - REPEAT_POOL  # repeats' states (W1's texts, as W1-fresh) number from here,
+# where no run of W1-fresh reaches (it would be run 100 of one sweep), so the two never share a state
 
 
-def _reference(name: str, number: int) -> str:
-    """A reference line no other item has: the workload's tag and a number, mixed so that
-    neighbouring items do not share their first digits."""
-    mixed = random.Random(f"{name}:{number}").randrange(10_000, 100_000)
-    return f"Case {mixed}-{number}:"
+def _reference(number: int) -> str:
+    """A reference line no other item has: `number` mixed one-to-one into MARK_DIGITS digits (the
+    multiplier is coprime with 10**MARK_DIGITS; the golden ratio's digits, so that neighbouring
+    items do not share their first digits, which a token-by-token prefix cache would reuse).
+    Fixed width, so that every run of a sweep reads requests of the same lengths: the number of
+    an earlier version ("Case 48213-1000007:") grew with the run, and Gemma reads each digit as
+    a token, so W1-fresh requests after the first run were 4-5 tokens longer (median 63 against
+    59 tokens after the preamble)."""
+    if not 0 <= number < 10**MARK_DIGITS:
+        raise ValueError(f"fresh item number {number} is out of range")
+    return f"Case {number * 61_803_399 % 10**MARK_DIGITS:0{MARK_DIGITS}d}:"
 
 
-def _fresh(name: str, number: int, text: str) -> str:
-    return f"{_reference(name, number)} {text}"
+def _fresh(number: int, text: str) -> str:
+    return f"{_reference(number)} {text}"
 
 
 @lru_cache(maxsize=None)
@@ -90,20 +100,20 @@ def item(name: str, index: int) -> workloads.Item:
     if name == "W1-fresh":
         w1 = workloads.load("W1")
         base = w1[index % len(w1)]
-        return workloads.Item(state=_fresh(name, index, base.state), questions=base.questions)
+        return workloads.Item(state=_fresh(index, base.state), questions=base.questions)
     if name == "W3-fresh":
         w3 = workloads.load("W3")  # request k: state k % 5, question k // 5
         group, k = divmod(index, len(w3))
         base = w3[k]
-        return workloads.Item(state=_fresh(name, group * W3_STATES + k % W3_STATES, base.state),
+        return workloads.Item(state=_fresh(group * W3_STATES + k % W3_STATES, base.state),
                               questions=base.questions)
     if name == "W4-fresh":
         w4 = workloads.load("W4")
         base = w4[index % len(w4)]
-        return workloads.Item(state=_fresh(name, index, base.state), questions=base.questions, options=base.options)
+        return workloads.Item(state=_fresh(index, base.state), questions=base.questions, options=base.options)
     if name == "repeats":
         w1 = workloads.load("W1")
         state = repeat_state(index)
         base = w1[state % len(w1)]
-        return workloads.Item(state=_fresh(name, state, base.state), questions=base.questions)
+        return workloads.Item(state=_fresh(REPEATS_AT + state, base.state), questions=base.questions)
     raise ValueError(f"unknown fresh workload {name!r}; choose from {', '.join(FRESH)}")

@@ -39,6 +39,23 @@ def test_a_fresh_state_is_the_repeat_heavy_text_behind_a_reference_line():
     assert item.state.endswith(" " + w1.state) and item.state.startswith("Case ")
 
 
+def test_the_reference_line_has_one_width_in_every_run_so_runs_read_the_same_lengths():
+    """Its number used to grow with the run ("Case 48213-7:" in the first, "Case 48213-1000007:"
+    in the second): four more of Gemma's one-digit tokens for every request of later runs."""
+    lines = {fresh.item("W1-fresh", slot * fresh.RUN_STRIDE + k).state.split(" ", 2)[1]
+             for slot in (0, 1, 37, 99) for k in (0, 7, 1234)}
+    assert {len(line) for line in lines} == {fresh.MARK_DIGITS + 1} and len(lines) == 12
+    with pytest.raises(ValueError, match="out of range"):
+        fresh.item("W1-fresh", 10**fresh.MARK_DIGITS)
+
+
+def test_repeats_never_ask_about_a_state_w1_fresh_asks_about():
+    """Both put W1's texts behind a reference line; a sweep's W1-fresh runs never reach the repeats' numbers."""
+    w1_fresh = {fresh.item("W1-fresh", slot * fresh.RUN_STRIDE + k).state for slot in range(0, 100, 9)
+                for k in range(RUN)}
+    assert not w1_fresh & {item.state for item in run_items("repeats", 0)}
+
+
 def test_repeats_return_to_a_zipf_pool_of_states_at_the_stated_share():
     items = run_items("repeats", 0)
     assert len({item.state for item in items}) <= fresh.REPEAT_POOL
