@@ -190,8 +190,9 @@ def test_two_units_behind_the_front_answer_and_lose_nothing_to_a_gateway_kill_or
             if len(gateways) == 1:
                 break
             # A state reached both units: a unit left the front meanwhile (flaps), or, seen 1 run in
-            # 3 with none counted, the front's DNS-discovered slots changed (not yet understood;
-            # session 14's note). Both are tried again; affinity must hold in one of 3 tries.
+            # 3 with none counted while the resolvers dropped a slot on one DNS answer without it
+            # (now held 30 s: jevfleet/haproxy.py), the front's slots changed. Both are tried
+            # again; affinity must hold in one of 3 tries.
             seen.append((gateways, c.front_flaps() - flaps))
         else:
             pytest.fail(f"one state reached several units in each of 3 tries (units, flaps meanwhile): {seen}")
