@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from quality.derived import calibrated_serving_profile
 from quality.calibration import fit_platt, recalibrated, write_calibration, write_section
+from quality.derived import calibrated_serving_profile
 from quality.evaluate import Report, ask_all, describe, make_report, write_report
 from quality.head import feature_ids, fit_head
 from quality.items import Item, load_set
@@ -36,7 +36,8 @@ def _set_name(set_path: list[str]) -> str:
 def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, out: str, head: str = "profile") -> int:
     """head: "profile" (as the profile says), "on" or "off" (in-process only)."""
     items = load_set(set_path, split)
-    profile = calibrated_serving_profile(settings, head=HEAD_CHOICES[head])
+    profile = (serving_profile(settings.profile, settings.model, head=HEAD_CHOICES[head]) if url
+               else calibrated_serving_profile(settings, head=HEAD_CHOICES[head]))  # in-process: as served
     runner = RemoteRunner(url) if url else LocalRunner(settings, profile)
     where = url or (f"profile {profile.name}{' (derived from the file)' if profile.derived else ''}"
                     f"{' with its head' if profile.head else ''}, in-process")

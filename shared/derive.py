@@ -18,6 +18,10 @@ before the profile is returned, and a failure is a ModelFileError (one line, exi
   distinct: "Yes"/"No" after an assistant turn start, " Yes"/" No" after "Answer:", whichever
   the vocabulary has as single tokens in that place.
 The fourth check, that the answers rank better than chance, needs the model: worker/sanity.py.
+
+A derived profile's calibration is fitted on the built-in labelled set where it is first served
+(quality/derived.py, which needs the model) and kept in cache_dir/calibration/; serving_profile
+reads it back here, so a gateway, which has no model, serves the same scale and bias.
 """
 from __future__ import annotations
 
