@@ -60,9 +60,9 @@ def serve(settings: Settings) -> int:
     profile = serving_profile(settings.profile, settings.model)
     model = resolve_model(profile, settings.cache_path, settings.model)
     if profile.derived and settings.role != "workers":  # its calibration: fitted here once, before a gateway reads it
-        from quality.derived import calibrated_serving_profile
+        from quality.derived import calibrated
 
-        profile = calibrated_serving_profile(settings)
+        profile = calibrated(settings, profile)
         print(f"jevfleet: the profile derived from {model.name}, calibration scale = {profile.scale:.4f}, "
               f"bias = {profile.bias:.4f} ({profile.calibration_record or 'none recorded'})", flush=True)
     conf = run / "supervisord.conf"

@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -42,27 +43,32 @@ TAG = "straightforward"  # the items calibrate fits a hand-written profile on by
 
 
 def calibrated_serving_profile(settings: Settings, *, head: bool | None = None) -> Profile:
-    """serving_profile for these settings; a derived one with its calibration, fitted here first
+    """serving_profile for these settings, as served: a derived one calibrated (calibrated)."""
+    return calibrated(settings, serving_profile(settings.profile, settings.model, head=head))
+
+
+def calibrated(settings: Settings, profile: Profile) -> Profile:
+    """`profile` as served: a derived one with the calibration recorded for it, fitted here first
     if none is recorded yet (unless derived_calibration is 0, or the set is not installed: then
-    it is served uncalibrated and this says so on stderr)."""
-    profile = serving_profile(settings.profile, settings.model, head=head, cache_dir=settings.cache_path)
-    if not profile.derived or profile.calibration_record:
+    it is served uncalibrated and this says so on stderr). A hand-written one as it is."""
+    if not profile.derived:
         return profile
     record = calibration_record(settings.cache_path, profile)
-    if not settings.derived_calibration or record is None:
-        why = "derived_calibration is 0" if record is not None else f"the built-in set {CALIBRATION_SET} is not here"
-        print(f"jevfleet: warning: the profile derived from {profile.source.name} is served uncalibrated ({why}); "
-              "P(yes) is sigmoid(raw margin)", file=sys.stderr)
-        return profile
-    record.parent.mkdir(parents=True, exist_ok=True)
-    with open(record.with_suffix(".lock"), "w") as lock:  # two serves at once: one fits, the other reads it
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not record.is_file():
-            _fit_and_record(settings, profile, record)
+    if record is None or not record.is_file():
+        if record is None or not settings.derived_calibration:
+            why = "derived_calibration is 0" if record else f"the built-in set {CALIBRATION_SET} is not here"
+            print(f"jevfleet: warning: the profile derived from {profile.source.name} is served uncalibrated "
+                  f"({why}); P(yes) is sigmoid(raw margin)", file=sys.stderr)
+            return profile
+        record.parent.mkdir(parents=True, exist_ok=True)
+        with open(record.with_suffix(".lock"), "w") as lock:  # two serves at once: one fits, the other reads it
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not record.is_file():
+                _fit_and_record(settings, profile, record)
     return with_recorded_calibration(profile, settings.cache_path)
 
 
-def _fit_and_record(settings: Settings, profile: Profile, record) -> None:
+def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
     items = [i for i in load_set(CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == TAG]
     print(f"jevfleet: calibrating the profile derived from {profile.source.name} on {len(items)} yes/no items of "
           f"{CALIBRATION_SET.name} (once per model file; kept in {record.parent})", file=sys.stderr, flush=True)
