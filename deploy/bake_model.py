@@ -12,9 +12,10 @@ import re
 import subprocess
 import sys
 
-from shared.config import load_settings
+from shared.config import Settings, load_settings
 from shared.model_files import resolve_model
-from shared.profiles import load_profile
+from shared.derive import serving_profile
+from shared.profiles import Profile
 
 
 def chunk_distributions(package: str) -> list[str]:
@@ -24,9 +25,15 @@ def chunk_distributions(package: str) -> list[str]:
     return [re.match(r"[A-Za-z0-9._-]+", req).group(0) for req in required or []]
 
 
+def baked_profile(settings: Settings) -> Profile:
+    """The profile whose model the image carries: what `jevfleet serve` serves with these
+    settings (the default profile when neither a profile nor a model is named)."""
+    return serving_profile(settings.profile, settings.model)
+
+
 def main() -> int:
     settings = load_settings()
-    profile = load_profile(settings.profile)
+    profile = baked_profile(settings)
     path = resolve_model(profile, settings.cache_path, settings.model)
     print(f"bake_model: {profile.name} -> {path} ({path.stat().st_size / 1e6:.0f} MB)", flush=True)
     if profile.package and not profile.package_file and not (settings.model or profile.path):

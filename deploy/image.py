@@ -19,6 +19,7 @@ podman runs with deploy/podman/containers.conf unless CONTAINERS_CONF names anot
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 from shared.config import PROJECT_ROOT
 
@@ -48,8 +50,33 @@ class ImageError(RuntimeError):
 
 
 def podman_env() -> dict[str, str]:
-    """The environment podman runs in: the project's containers.conf unless the caller chose one."""
+    """The environment podman runs in: the project's containers.conf unless the caller chose one
+    (and the image store CONTAINERS_STORAGE_CONF names, when set: see empty_store)."""
     return {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF") or str(CONTAINERS_CONF)}
+
+
+@contextlib.contextmanager
+def empty_store(directory: Path) -> Iterator[Path]:
+    """podman with an image store of its own in `directory`, empty at first, for as long as the
+    context lasts; removed with everything in it at the end. Nothing cached from an earlier build
+    (a base image, a layer made by older code) can then stand in for a step of this build, which
+    is how a broken install path once hid behind the developers' stores (issue 40)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = directory / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{directory / "graph"}"\n'
+                    f'runroot = "{directory / "run"}"\n')
+    before = os.environ.get("CONTAINERS_STORAGE_CONF")
+    os.environ["CONTAINERS_STORAGE_CONF"] = str(conf)
+    try:
+        yield directory
+    finally:
+        podman("rm", "--all", "--force", check=False, quiet=True)
+        podman("rmi", "--all", "--force", check=False, quiet=True)
+        if before is None:
+            os.environ.pop("CONTAINERS_STORAGE_CONF", None)
+        else:
+            os.environ["CONTAINERS_STORAGE_CONF"] = before
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def podman(*args: str, check: bool = True, timeout: float = 1800, quiet: bool = False) -> subprocess.CompletedProcess:

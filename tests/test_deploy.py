@@ -12,8 +12,10 @@ import subprocess
 import pytest
 import yaml
 
+from deploy.bake_model import baked_profile
 from deploy.image import CONTAINERFILE
 from shared.config import load_settings
+from shared.derive import DEFAULT_PROFILE
 from tests import podman_kube as kube
 
 DOCS = kube.load_manifests()
@@ -34,6 +36,15 @@ def pod_settings(tmp_path, monkeypatch):
 
 def env(container: dict) -> dict[str, dict]:
     return {e["name"]: e for e in container.get("env", [])}
+
+
+def test_the_image_bakes_the_model_the_units_serve(pod_settings):
+    """The image build's bake step names its profile as serve does: with neither a profile nor a
+    model set (the settings' defaults) that is the default profile, whose model comes from a
+    package (an empty profile name once stopped the build; a warm image store hid it)."""
+    profile = baked_profile(pod_settings)
+    assert profile.name == DEFAULT_PROFILE and profile.package
+    assert baked_profile(load_settings({"profile": "", "model": ""})).name == DEFAULT_PROFILE
 
 
 def test_every_resource_is_listed_and_the_hpa_scales_the_unit_deployment():

@@ -1,5 +1,6 @@
 """Black-box: deploy/kubernetes/ run by `podman kube play` on this machine, with the image built by
-deploy/image.py (podman's cache makes every build after the first quick). tests/podman_kube.py says
+deploy/image.py from nothing, in an image store of the test's own (base, wheels, layers: as on a
+fresh machine, so no cached layer can hide a broken install step). tests/podman_kube.py says
 what podman stands in for and what the test does in the kubelet's place.
 
 On a podman network this test makes (and removes, with everything else it made, also after a
@@ -22,11 +23,12 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from typesafe_sdk import TypeSafeAuthenticationError
 
-from deploy.image import IMAGE, build_image, image_size_mb
+from deploy.image import IMAGE, build_image, empty_store, image_size_mb
 from jevfleet.harness.fleet import health
 from jevfleet.harness.load import Clients, decision, post, states
 from jevfleet.harness.net import probe
@@ -118,14 +120,17 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory) -> dict[str, float]:
-    """The image, built or found in podman's cache: the seconds each step took, and its size."""
+def image(tmp_path_factory) -> Iterator[dict[str, float]]:
+    """The image, built from nothing in an image store of the test's own (removed at the end), as
+    on a fresh machine: no base or layer from an earlier build can hide a broken step. The
+    seconds each step took, and its size."""
     why = _usable()
     if why:
         pytest.skip(why)
     log = tmp_path_factory.mktemp("image") / "build.log"
-    seconds = build_image(log=log)
-    return {**seconds, "size_mb": image_size_mb()}
+    with empty_store(tmp_path_factory.mktemp("podman-store")):
+        seconds = build_image(log=log)
+        yield {**seconds, "size_mb": image_size_mb()}
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """The tiers' guard (tests/tiers.py): this test carries no marker, so it runs in the fast tier, and
-loading the model or starting a fleet here must fail at once with the marker that is missing."""
+loading the model or starting a fleet here must fail at once with the marker that is missing; and
+what each tier reports of the one-off work kept in the cache dir."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -36,3 +38,17 @@ def test_an_unmarked_test_cannot_start_a_fleet(tmp_path):
 @pytest.mark.parametrize("code, said", [(0, "passed"), (1, "FAILED (pytest exit 1)"), (5, "NOTHING COLLECTED")])
 def test_a_tier_that_selects_nothing_is_not_a_pass(code, said):
     assert tiers.outcome(code) == said
+
+
+def test_one_off_work_is_told_apart_made_now_or_found_cached(tmp_path):
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "shapes").mkdir()
+    (tmp_path / "calibration" / "old.json").write_text(json.dumps({"scale": 1, "seconds": 44.0}))
+    (tmp_path / "calibration" / "old.lock").write_text("")  # not a record
+    before = tiers.one_off_records(tmp_path)
+    (tmp_path / "calibration" / "new.json").write_text(json.dumps({"scale": 1, "seconds": 106.5}))
+    (tmp_path / "shapes" / "new.json").write_text(json.dumps({"differed": False, "seconds": 3.5}))
+    (tmp_path / "shapes" / "older-kind.json").write_text(json.dumps({"differed": False}))  # made before "seconds"
+    line = tiers.one_off_line(before, tiers.one_off_records(tmp_path))
+    assert line == ("one-off work: 3 records made now (1 calibration, 2 shapes; 110.0 s cold), "
+                    "1 found cached (warm; they cost 44.0 s when made)")

@@ -4,7 +4,9 @@
     model  the GGUF loaded in the test process (engine, snapshots, warmup, tokenizer, decide, eval)
     fleet  real fleets under supervisord (marker `fleet`, or any test using the `fleet` fixture)
 
-Every tier runs, and each tier's wall time is printed; make test fails if any tier fails or
+Every tier runs, and each tier's wall time is printed, with what it spent on one-off work kept in
+the cache dir (derived profiles' calibrations, measured batch shapes: seconds on a cold cache,
+nothing once they are kept); make test fails if any tier fails or
 collects nothing (pytest exit 5), so a wrong marker expression cannot pass silently.
 
 The guard keeps the tiers honest: a test not marked `model` or `fleet` that loads the model in
@@ -15,6 +17,7 @@ once with the marker it needs (installed per test by tests/conftest.py).
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import jevfleet.harness.fleet
 import shared.llama
+from shared.config import load_settings
 
 TIERS = (("fast", "not model and not fleet"), ("model", "model and not fleet"), ("fleet", "fleet"))
 NOTHING_COLLECTED = 5  # pytest's exit status when no test was selected
@@ -89,19 +93,44 @@ def counts(junit: Path) -> tuple[int, int, int]:
     return total - failed - skipped, failed, skipped
 
 
+def one_off_records(cache_dir: Path) -> dict[Path, float]:
+    """The records of one-off work kept in the cache dir, each with the seconds it took to make:
+    derived profiles' calibrations (quality/derived.py) and measured batch shapes (worker/canary.py).
+    A run that finds one reads it in milliseconds; one that does not pays the seconds."""
+    found = {}
+    for record in sorted([*cache_dir.glob("calibration/*.json"), *cache_dir.glob("shapes/*.json")]):
+        try:
+            found[record] = float(json.loads(record.read_text()).get("seconds", 0.0))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def one_off_line(before: dict[Path, float], after: dict[Path, float]) -> str:
+    """What a tier paid for one-off work (records it made: cold) and what it found made (warm)."""
+    made = {path: s for path, s in after.items() if path not in before}
+    kinds = ", ".join(f"{sum(1 for p in made if p.parent.name == kind)} {kind}" for kind in ("calibration", "shapes"))
+    return (f"one-off work: {len(made)} records made now ({kinds}; {sum(made.values()):.1f} s cold), "
+            f"{len(before)} found cached (warm; they cost {sum(before.values()):.1f} s when made)")
+
+
 def main(args: list[str]) -> int:
     results = []
+    cache_dir = load_settings().cache_path
     with tempfile.TemporaryDirectory() as tmp:
         for name, expression in TIERS:
             print(f"\n=== tier {name}: pytest -m '{expression}'", flush=True)
             junit = Path(tmp) / f"{name}.xml"
+            before = one_off_records(cache_dir)
             start = time.monotonic()
             code = subprocess.run([sys.executable, "-m", "pytest", "-m", expression, f"--junitxml={junit}",
                                    *args]).returncode
-            results.append((name, code, time.monotonic() - start, counts(junit)))
-    print("\n=== tiers")
-    for name, code, seconds, (passed, failed, skipped) in results:
+            results.append((name, code, time.monotonic() - start, counts(junit),
+                            one_off_line(before, one_off_records(cache_dir))))
+    print(f"\n=== tiers (one-off work kept in {cache_dir})")
+    for name, code, seconds, (passed, failed, skipped), one_off in results:
         print(f"{name:<6} {seconds:7.1f} s  {outcome(code)}  ({passed} passed, {failed} failed, {skipped} skipped)")
+        print(f"{'':<6} {one_off}")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"total  {sum(r[2] for r in results):7.1f} s  (load average {load})")
     # One closing line for the whole run, in the plain form CI reads.

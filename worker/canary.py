@@ -115,6 +115,7 @@ def _measure_once(engine: Engine, profile: Profile, alone: Job, record: Path) ->
                               "margin that moved among batch mates); run with --mode fast")
         return 0
     failure = None
+    start = time.monotonic()
     try:
         for k in range(LAYOUTS):
             mates = layout_mates(k)
@@ -125,7 +126,7 @@ def _measure_once(engine: Engine, profile: Profile, alone: Job, record: Path) ->
     tmp = record.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({"rows": f"multiples of {ROW_STEP} from {MIN_ROWS} to {UBATCH}",
                                "layouts": LAYOUTS, "differed": failure is not None,
-                               "profile": profile.name,
+                               "profile": profile.name, "seconds": round(time.monotonic() - start, 1),
                                "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
     os.replace(tmp, record)  # several workers may measure at once: each writes the whole record
     if failure:
