@@ -46,12 +46,14 @@ from jevfleet.harness.fleet import start_fleet
 from loadtest import workloads
 from shared.config import Settings
 from worker.job import Job
+from worker.memory import model_shape, snapshot_tokens
 from worker.pieces import token_rows
 from worker.warmup import make_job
 
 SHAPES = ((2,), (16,), (48,), (16, 16, 16))
 DEFAULTS = Settings()
-DEFAULT_CACHE = (DEFAULTS.ctx, DEFAULTS.state_cache_tokens)  # (ctx, snapshot tokens) of a default worker
+# (ctx, snapshot tokens) of a default worker: state_cache_mb in the default model's tokens
+DEFAULT_CACHE = (DEFAULTS.ctx, snapshot_tokens(DEFAULTS, model_shape(model()[1])))
 WIDTHS = (6000, 20000)  # cells of another sequence below a read (kv_width)
 STATE_TOKENS, QUESTIONS = 540, 6  # context_cost: a W2-sized state, and questions of 10 rows on it
 CACHES = ((2048, 600), (2048, DEFAULT_CACHE[1]), (8192, 600), DEFAULT_CACHE)

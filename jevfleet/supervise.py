@@ -17,6 +17,7 @@ from string import Template
 from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
 from shared.derive import serving_profile
 from shared.model_files import resolve_model
+from worker.memory import MemoryRefusal, plan_workers
 
 PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
 PROGRAM_SECTION = re.compile(r"^\[program:(\w+)\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
@@ -53,12 +54,17 @@ def serve(settings: Settings) -> int:
         print("jevfleet serve: --role workers needs --endpoint, the gateway's (e.g. tcp://GATEWAY:5555)",
               file=sys.stderr)
         return 2
-    settings = replace(settings, workers=settings.worker_count, run_dir=str(settings.run_path))
-    run = settings.run_path
-    run.mkdir(parents=True, exist_ok=True)
     # Assemble the model once here, not in N workers racing for the lock.
     profile = serving_profile(settings.profile, settings.model)
     model = resolve_model(profile, settings.cache_path, settings.model)
+    try:  # as many workers as cores and memory allow, or those asked for if they fit
+        workers = plan_workers(settings, model) if settings.role != "gateway" else settings.worker_count
+    except MemoryRefusal as exc:
+        print(f"jevfleet serve: {exc}", file=sys.stderr)
+        return 2
+    settings = replace(settings, workers=workers, run_dir=str(settings.run_path))
+    run = settings.run_path
+    run.mkdir(parents=True, exist_ok=True)
     if profile.derived and settings.role != "workers":  # its calibration: fitted here once, before a gateway reads it
         from quality.derived import calibrated
 

@@ -9,7 +9,7 @@ Every target is measured on the same machine, GGUF, thread count and prompts:
                     determinism guarantee): what the deterministic default costs
   jevfleet-per-core a fleet the sweep starts with --cores-per-worker 1: one one-thread worker
                     per core instead of the default one worker per two cores
-  jevfleet-big-cells a fleet with --state-cache 64 --state-cache-tokens 32768: the cell cache
+  jevfleet-big-cells a fleet with --state-cache 64 --state-cache-mb 576 (32,768 tokens): the cell cache
                     of the release before states were kept in host memory
   llama-cpp-python  `python -m llama_cpp.server` on the same GGUF, started and stopped here
   llama-server      llama.cpp's server, built on first use into the cache dir (loadtest/llama_server.py)
@@ -53,7 +53,7 @@ PROTOCOL_OF = {"jevfleet": "jevfleet", "jevfleet-fast": "jevfleet", "jevfleet-pe
                "llama-server": "llama-server"}  # the API each speaks
 FLEET_FLAGS = {"jevfleet-fast": ("--mode", "fast"), "jevfleet-per-core": ("--cores-per-worker", "1"),
                # the cell cache before host memory came (docs/benchmarks.md compares the two)
-               "jevfleet-big-cells": ("--state-cache", "64", "--state-cache-tokens", "32768")}
+               "jevfleet-big-cells": ("--state-cache", "64", "--state-cache-mb", "576")}
 TARGETS = tuple(PROTOCOL_OF)
 ALIASES = {"both": ("jevfleet", "llama-cpp-python"), "all": TARGETS}
 USER_CLASS = {"jevfleet": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser", "llama-server": "LlamaServerUser"}

@@ -51,7 +51,8 @@ class Settings(BaseSettings):
         "all", description="what jevfleet serve runs on this host: all (gateway and workers), gateway "
                            "(workers elsewhere) or workers (connecting to endpoint)")
     workers: int = Field(0, ge=0, description="worker processes; 0 = one per cores_per_worker cores of this "
-                                              "process's CPU affinity mask, at least 1")
+                                              "process's CPU affinity mask, at least 1, as many of those as "
+                                              "fit in memory")
     cores_per_worker: int = Field(2, ge=1, description="cores each worker is pinned to; also its llama.cpp "
                                                        "threads unless threads is set")
     endpoint: str = Field("", description="ZeroMQ endpoint of the gateway's ROUTER; empty = workers.ipc in run_dir")
@@ -96,8 +97,9 @@ class Settings(BaseSettings):
                                      "depend on the batch's shape)")
     state_cache: int = Field(16, ge=0, le=MAX_STATE_CACHE, description="state snapshots (KV-cache prefixes) "
                                                                        "kept per worker; 0 = off")
-    state_cache_tokens: int = Field(8192, ge=0, description="tokens all state snapshots of a worker may hold "
-                                                            "together")
+    state_cache_mb: int = Field(144, ge=0, description="per worker: KV cells (MiB) all state snapshots may hold "
+                                                       "together, in tokens as many as the model's KV cache "
+                                                       "fits (8,192 of Gemma 3 270M, 4,608 of Llama 3.2 1B)")
     state_cache_admission: Literal["second-miss", "first-miss"] = Field(
         "second-miss", description="when a state becomes a snapshot: on its second miss among the last "
                                    "state_cache misses, or on its first")
@@ -128,7 +130,8 @@ class Settings(BaseSettings):
     @property
     def worker_count(self) -> int:
         """`workers`, or as many sets of cores_per_worker cores as this process may run on: the same
-        affinity mask worker/cores.py cuts into the sets it pins worker k to."""
+        affinity mask worker/cores.py cuts into the sets it pins worker k to. `jevfleet serve`
+        starts fewer when memory holds fewer (worker/memory.plan_workers)."""
         if self.workers > 0:
             return self.workers
         return max(1, len(os.sched_getaffinity(0)) // self.cores_per_worker)

@@ -153,7 +153,9 @@ def ggml() -> ctypes.CDLL:
                 ("gguf_get_kv_type", [p, i64], ctypes.c_int), ("gguf_get_val_bool", [p, i64], ctypes.c_bool),
                 ("gguf_find_tensor", [p, text], i64), ("gguf_get_data_offset", [p], size),
                 ("gguf_get_tensor_offset", [p, i64], size), ("gguf_get_tensor_size", [p, i64], size),
-                ("gguf_get_tensor_type", [p, i64], ctypes.c_int)):
+                ("gguf_get_tensor_type", [p, i64], ctypes.c_int), ("gguf_get_val_u32", [p, i64], ctypes.c_uint32),
+                ("gguf_get_arr_n", [p, i64], size), ("gguf_get_arr_type", [p, i64], ctypes.c_int),
+                ("gguf_get_arr_data", [p, i64], p)):
             getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
         _ggml = lib
     return _ggml

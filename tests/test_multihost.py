@@ -38,7 +38,7 @@ HTTP_PORT, ZMQ_PORT = 8017, 5555
 LB_RETRY, LB_PLAIN = 8080, 8081  # HAProxy in A: with retries (the shipped config), without
 ENDPOINT_B = f"tcp://{HOSTS['b']}:{ZMQ_PORT}"
 LIGHT = ["--cores-per-worker", "1", "--threads", "1", "--ctx", "1024", "--state-cache", "2",
-         "--state-cache-tokens", "512", "--warmup", "0", "--deadline-s", "20"]
+         "--state-cache-mb", "9", "--warmup", "0", "--deadline-s", "20"]
 CLIENTS = 4
 FAILURE_PAUSE_S = 0.1
 

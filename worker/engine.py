@@ -29,12 +29,12 @@ from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, tokenize
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
+from worker.memory import WAVE_TOKENS, context_cells, model_shape, snapshot_tokens
 from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 from worker.status import status_of
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
-WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
 
 
 class Engine:
@@ -64,10 +64,8 @@ class Engine:
         self.readout = Readout(OutputMatrix(model_path, n_vocab=self.n_vocab, n_embd=self.tap.n_embd), head)
         self.n_seq_max = N_WORK + state_cache
         # Cells: snapshots, one batch's reads (prefixes or one long request), a suffix wave, padding.
-        snapshot_cells = state_cache_tokens if state_cache else 0
-        cells = ctx + batch_tokens + WAVE_TOKENS + N_WORK + snapshot_cells
         cparams = lib.llama_context_default_params()
-        cparams.n_ctx = -(-cells // 256) * 256
+        cparams.n_ctx = context_cells(ctx, batch_tokens, state_cache_tokens if state_cache else 0)
         cparams.n_batch = UBATCH if deterministic else 512
         cparams.n_ubatch = UBATCH if deterministic else 512
         cparams.n_seq_max = self.n_seq_max
@@ -96,11 +94,15 @@ class Engine:
         self.status = status_of(self.cache)
 
     @classmethod
-    def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None) -> Engine:
-        """The engine the settings describe: how workers, `decide`, the tests and benches build one."""
+    def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None,
+                      snapshot_tokens_override: int | None = None) -> Engine:
+        """The engine the settings describe: how workers, `decide`, the tests and benches build one.
+        The snapshots' cells are state_cache_mb in this model's tokens; tests and benches that need
+        an exact token budget give it as snapshot_tokens_override."""
         return cls(model_path, ctx=settings.ctx, batch_tokens=settings.batch_tokens, threads=threads,
                    deterministic=settings.mode == "deterministic", state_cache=settings.state_cache,
-                   state_cache_tokens=settings.state_cache_tokens, head=head,
+                   state_cache_tokens=snapshot_tokens(settings, model_shape(model_path))
+                   if snapshot_tokens_override is None else snapshot_tokens_override, head=head,
                    state_cache_second_miss=settings.state_cache_admission == "second-miss",
                    state_cache_ram_mb=settings.state_cache_ram_mb)
 

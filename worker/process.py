@@ -47,12 +47,14 @@ EXIT_FLUSH_S = 2.0  # at exit, how long held answers wait for a gateway that is 
 
 
 def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int, *,
-                 pin_preamble: bool = True) -> Engine:
+                 pin_preamble: bool = True, snapshot_tokens: int | None = None) -> Engine:
     """The engine as settings describe it, with the profile's preamble pinned in the snapshot
     cache (every prompt starts with it). Shared with the offline `decide` command and the
-    harness; pin_preamble=False (benchmarks only) leaves the preamble unread."""
+    harness; pin_preamble=False (benchmarks only) leaves the preamble unread, snapshot_tokens
+    (tests and benchmarks) sets the snapshots' cells in tokens instead of state_cache_mb."""
     engine = Engine.from_settings(model_path, settings, threads=threads,
-                                  head=load_head(Path(profile.head)) if profile.head else None)
+                                  head=load_head(Path(profile.head)) if profile.head else None,
+                                  snapshot_tokens_override=snapshot_tokens)
     if pin_preamble:
         engine.pin(preamble_tokens(engine.tokenize, profile))
     record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None

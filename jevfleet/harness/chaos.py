@@ -43,7 +43,7 @@ from jevfleet.harness.stats import percentile
 from shared.config import default_settings
 
 ENGINE = ["--cores-per-worker", "1", "--threads", "1", "--ctx", "1024", "--state-cache", "4",
-          "--state-cache-tokens", "2048", "--state-cache-ram-mb", "256", "--warmup", "0"]
+          "--state-cache-mb", "36", "--state-cache-ram-mb", "256", "--warmup", "0"]
 DEADLINE_S = 20
 FLEET = [*ENGINE, "--deadline-s", str(DEADLINE_S), *CHECKED]
 START_TIMEOUT_S = 300

@@ -32,14 +32,16 @@ def default_model() -> tuple[Profile, Path]:
     return model_of(default_settings())
 
 
-def new_engine(settings: Settings | None = None, *, pin_preamble: bool = True, **changes: Any) -> Engine:
+def new_engine(settings: Settings | None = None, *, pin_preamble: bool = True,
+               state_cache_tokens: int | None = None, **changes: Any) -> Engine:
     """An engine on the settings' model (default: default_settings()) with `changes` to them
-    (ctx=, state_cache=, state_cache_tokens=, mode=, ...), built and pinned as a worker does, on
-    as many threads as one worker of the default fleet."""
+    (ctx=, state_cache=, mode=, ...), built and pinned as a worker does, on as many threads as one
+    worker of the default fleet; state_cache_tokens: the snapshots' cells in tokens, exactly,
+    instead of the state_cache_mb setting's worth."""
     settings = replace(settings or default_settings(), **changes)
     profile, path = model_of(settings)
     return build_engine(settings, profile, path, settings.threads or settings.cores_per_worker,
-                        pin_preamble=pin_preamble)
+                        pin_preamble=pin_preamble, snapshot_tokens=state_cache_tokens)
 
 
 def make_job(engine: Engine, state: str, questions: list[str]) -> Job:

@@ -1,0 +1,150 @@
+"""What one worker of a model file needs in memory, in bytes, before anything is loaded: so that
+budgets are set in bytes whatever the model (a token of KV cache is 18 KB with Gemma 3 270M, 32 KB
+with Llama 3.2 1B, 384 KB with Phi-3.5-mini), the default worker count follows memory as well as
+cores, and a fleet that cannot fit is refused at start with the figures instead of swapping.
+
+Everything is read from the GGUF header (ggml's reader, milliseconds): the layer count, the K and
+V widths of each layer, the vocabulary's size and the file's size. The estimate counts, per
+worker: the weights (the whole file: llama.cpp repacks most quantized weights into memory of the
+process's own, so workers do not share them through the page cache), the KV cells of its context
+(worker/engine.py sizes them), its host-memory tier (state_cache_ram_mb) and llama.cpp's logits
+rows. llama.cpp's compute buffers come on top, a few percent for these batch sizes: HEADROOM.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.config import Settings
+from shared.llama import MAX_STATE_CACHE, N_WORK, ggml, gguf_header
+
+GGUF_TYPE_UINT32, GGUF_TYPE_INT32, GGUF_TYPE_ARRAY = 4, 5, 9
+KV_ELEMENT_BYTES = 2  # llama.cpp's default K and V cache type, F16
+WAVE_TOKENS = 512  # suffix tokens the engine decodes per wave of sequences (cells are kept for one wave)
+HEADROOM = 1.10  # compute buffers and allocator slack over the sum of the parts
+MIB = 1 << 20
+
+
+class MemoryRefusal(RuntimeError):
+    """The fleet asked for does not fit this host's memory; the message gives the figures."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    file_bytes: int
+    n_layer: int
+    kv_widths: tuple[int, ...]  # per layer: K width + V width (heads × head size), elements
+    n_vocab: int
+    n_ctx_train: int
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token's K and V take across every layer, in llama.cpp's default F16 cache."""
+        return sum(self.kv_widths) * KV_ELEMENT_BYTES
+
+
+def _u32(lib, ctx, key: str, default: int | None = None) -> int:
+    at = lib.gguf_find_key(ctx, key.encode())
+    if at < 0:
+        if default is None:
+            raise ValueError(f"the GGUF header has no {key}")
+        return default
+    return int(lib.gguf_get_val_u32(ctx, at))
+
+
+def _per_layer(lib, ctx, key: str, n_layer: int, default: int) -> list[int]:
+    """A hyperparameter that is one number or one per layer (head_count_kv of OpenELM-like files)."""
+    at = lib.gguf_find_key(ctx, key.encode())
+    if at < 0:
+        return [default] * n_layer
+    if lib.gguf_get_kv_type(ctx, at) != GGUF_TYPE_ARRAY:
+        return [int(lib.gguf_get_val_u32(ctx, at))] * n_layer
+    n = lib.gguf_get_arr_n(ctx, at)
+    kind = ctypes.c_int32 if lib.gguf_get_arr_type(ctx, at) == GGUF_TYPE_INT32 else ctypes.c_uint32
+    values = ctypes.cast(lib.gguf_get_arr_data(ctx, at), ctypes.POINTER(kind))
+    return [int(values[i]) for i in range(n)]
+
+
+def model_shape(path: Path) -> ModelShape:
+    """The figures of `path` that memory depends on, from its header."""
+    lib = ggml()
+    with gguf_header(path) as ctx:
+        if ctx is None:
+            raise ValueError(f"model file {path}: not a readable GGUF")
+        arch = lib.gguf_get_val_str(ctx, lib.gguf_find_key(ctx, b"general.architecture")).decode()
+        n_layer = _u32(lib, ctx, f"{arch}.block_count")
+        n_embd = _u32(lib, ctx, f"{arch}.embedding_length")
+        n_head = _per_layer(lib, ctx, f"{arch}.attention.head_count", n_layer, 1)
+        n_head_kv = _per_layer(lib, ctx, f"{arch}.attention.head_count_kv", n_layer, 0)
+        head = n_embd // max(n_head[0], 1)
+        k = _u32(lib, ctx, f"{arch}.attention.key_length", head)
+        v = _u32(lib, ctx, f"{arch}.attention.value_length", head)
+        widths = tuple((kv or h) * (k + v) for kv, h in zip(n_head_kv, n_head))
+        tokens = lib.gguf_find_key(ctx, b"tokenizer.ggml.tokens")
+        n_vocab = int(lib.gguf_get_arr_n(ctx, tokens)) if tokens >= 0 else 0
+        n_ctx_train = _u32(lib, ctx, f"{arch}.context_length", 0)
+    return ModelShape(path.stat().st_size, n_layer, widths, n_vocab, n_ctx_train)
+
+
+def snapshot_tokens(settings: Settings, shape: ModelShape) -> int:
+    """The tokens state_cache_mb holds for this model: the snapshot cells' budget in tokens."""
+    return (settings.state_cache_mb * MIB) // shape.kv_bytes_per_token if settings.state_cache else 0
+
+
+def context_cells(ctx: int, batch_tokens: int, snapshot_cells: int) -> int:
+    """The KV cells of a worker's context, as worker/engine.py asks llama.cpp for them: one longest
+    prompt, a batch's reads, a wave of suffixes, padding rows and the snapshots, in 256s."""
+    cells = ctx + batch_tokens + WAVE_TOKENS + N_WORK + snapshot_cells
+    return -(-cells // 256) * 256
+
+
+def worker_bytes(settings: Settings, shape: ModelShape) -> dict[str, int]:
+    """One worker's memory by part, bytes (HEADROOM not included)."""
+    n_outputs = max(N_WORK + min(settings.state_cache, MAX_STATE_CACHE), 64)
+    return {"weights": shape.file_bytes,
+            "KV cells": context_cells(settings.ctx, settings.batch_tokens, snapshot_tokens(settings, shape))
+                        * shape.kv_bytes_per_token,
+            "host-memory tier": settings.state_cache_ram_mb * MIB,
+            "logits rows": n_outputs * shape.n_vocab * 4}
+
+
+CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # v2
+                ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))  # v1
+
+
+def available_bytes() -> int:
+    """Memory this process may still use: MemAvailable, or what its cgroup's limit leaves when
+    that is less (a container or pod)."""
+    with open("/proc/meminfo") as fh:
+        meminfo = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in fh}
+    free = meminfo.get("MemAvailable", meminfo.get("MemFree", 0))
+    for limit_file, usage_file in CGROUP_FILES:
+        try:
+            limit, usage = Path(limit_file).read_text().strip(), Path(usage_file).read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit() and usage.isdigit():
+            free = min(free, max(0, int(limit) - int(usage)))
+    return free
+
+
+def plan_workers(settings: Settings, model: Path, available: int | None = None) -> int:
+    """How many workers to start: `workers` when set, else one per cores_per_worker cores as many
+    as fit in memory; MemoryRefusal, with the figures, when not even those asked for fit."""
+    shape = model_shape(model)
+    parts = worker_bytes(settings, shape)
+    need = int(sum(parts.values()) * HEADROOM)
+    free = available_bytes() if available is None else available
+    by_cores = settings.worker_count
+    fits = free // need
+    workers = settings.workers or min(by_cores, fits)
+    if workers < 1 or workers > fits:
+        detail = ", ".join(f"{name} {size / MIB:,.0f}" for name, size in parts.items())
+        raise MemoryRefusal(
+            f"{max(workers, 1)} worker(s) of {model.name} need {need / MIB:,.0f} MiB each ({detail} MiB, "
+            f"+{HEADROOM - 1:.0%} for llama.cpp's buffers; a token of KV cache is "
+            f"{shape.kv_bytes_per_token / 1024:,.0f} KiB) and {free / MIB:,.0f} MiB is available: lower ctx, "
+            f"state_cache_mb or state_cache_ram_mb, or workers")
+    return workers
