@@ -15,6 +15,7 @@ from jevfleet.harness.fleet import Fleet
 from jevfleet.harness.net import free_port
 from jevfleet.supervise import render_supervisord_conf, serve
 from shared.config import PROJECT_ROOT, default_settings
+from tests.test_memory import header
 
 
 def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
@@ -46,6 +47,17 @@ def test_each_role_runs_its_programs_under_the_same_rules(tmp_path, role, progra
 def test_a_workers_role_without_a_gateway_endpoint_is_refused(tmp_path, capsys):
     assert serve(default_settings(role="workers", run_dir=str(tmp_path))) == 2
     assert "--endpoint" in capsys.readouterr().err
+
+
+def test_a_fleet_that_cannot_fit_in_memory_is_refused_with_the_figures(tmp_path, capsys):
+    model = header(tmp_path / "llama.gguf", "llama", layers=16, embd=2048, heads=32, kv_heads=8)
+    settings = default_settings(profile="gemma-3-270m", model=str(model), run_dir=str(tmp_path / "run"),
+                                state_cache_ram_mb=1 << 30)  # a host-memory tier of 1 PiB per worker
+    assert serve(settings) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("jevfleet serve: 1 worker(s) of llama.gguf need")
+    assert "host-memory tier 1,073,741,824" in err and "MiB is available" in err
+    assert not (tmp_path / "run").exists()  # nothing started
 
 
 def wait_exit(pid: int, timeout: float) -> bool:
