@@ -117,22 +117,33 @@ def test_refusals_become_http_in_one_place_with_retry_after_and_server_timing(tm
 BODY = json.dumps(SMALL).encode()
 
 
+@asynccontextmanager
+async def one_place_an_upload_waiting_and_a_request_queued(tmp_path):
+    """queue_requests=1; an upload that has sent its headers and 10 bytes of BODY and waits, then a
+    whole request sent and queued at the one worker: (door, worker, upload socket, that request's
+    task, its score as the worker got it)."""
+    async with app_client(tmp_path, queue_requests=1, body_timeout_s=60) as (client, fleet):
+        door = client.server.app[DOOR]
+        async with scripted_worker(fleet) as w:
+            [slow] = open_connections(client.port, 1, upload_head(len(BODY)) + BODY[:10])
+            try:
+                await until(lambda: door.describe()["receiving"] == 1, "the upload receiving its body")
+                held = asyncio.create_task(client.post("/v1/systemone", json=SMALL))
+                yield door, w, slow, held, await w.recv()
+            finally:
+                slow.close()
+
+
 def test_a_request_still_sending_its_body_takes_no_place(tmp_path):
     """queue_requests=1: an upload that has sent 10 bytes and waits does not keep a whole request
     from that one place; closing it gives back nothing it did not hold."""
     async def scenario() -> None:
-        async with app_client(tmp_path, queue_requests=1, body_timeout_s=60) as (client, fleet):
-            door = client.server.app[DOOR]
-            async with scripted_worker(fleet) as w:
-                [slow] = open_connections(client.port, 1, upload_head(len(BODY)) + BODY[:10])
-                await until(lambda: door.describe()["receiving"] == 1, "the upload receiving its body")
-                held = asyncio.create_task(client.post("/v1/systemone", json=SMALL))
-                score = await w.recv()
-                assert door.describe() == {"receiving": 1, "passing": 0}  # the whole one went past it
-                await w.answer(score)
-                assert (await held).status == 200
-                slow.close()  # the client leaves: its handler is cancelled
-                await until(lambda: door.describe() == {"receiving": 0, "passing": 0}, "the door empty")
+        async with one_place_an_upload_waiting_and_a_request_queued(tmp_path) as (door, w, slow, held, score):
+            assert door.describe() == {"receiving": 1, "passing": 0}  # the whole one went past it
+            await w.answer(score)
+            assert (await held).status == 200
+            slow.close()  # the client leaves: its handler is cancelled
+            await until(lambda: door.describe() == {"receiving": 0, "passing": 0}, "the door empty")
 
     run(scenario())
 
@@ -141,20 +152,13 @@ def test_a_body_that_arrives_when_every_place_is_taken_is_refused_before_parsing
     """The door asks again once the body is in: an upload that began while there was room and
     finished after the last place was taken is told 429 then, not queued behind it."""
     async def scenario() -> None:
-        async with app_client(tmp_path, queue_requests=1, body_timeout_s=60) as (client, fleet):
-            door = client.server.app[DOOR]
-            async with scripted_worker(fleet) as w:
-                [slow] = open_connections(client.port, 1, upload_head(len(BODY)) + BODY[:10])
-                await until(lambda: door.describe()["receiving"] == 1, "the upload receiving its body")
-                held = asyncio.create_task(client.post("/v1/systemone", json=SMALL))
-                score = await w.recv()  # the one place is taken
-                slow.sendall(BODY[10:])
-                refused = await asyncio.to_thread(outcome, slow, time.monotonic() + 10)
-                slow.close()
-                assert refused.status == 429 and int(refused.headers["retry-after"]) >= 1
-                assert [p.split(";")[0] for p in refused.headers["server-timing"].split(", ")] == ["parse", "total"]
-                assert door.describe() == {"receiving": 0, "passing": 0}
-                await w.answer(score)
-                assert (await held).status == 200
+        async with one_place_an_upload_waiting_and_a_request_queued(tmp_path) as (door, w, slow, held, score):
+            slow.sendall(BODY[10:])
+            refused = await asyncio.to_thread(outcome, slow, time.monotonic() + 10)
+            assert refused.status == 429 and int(refused.headers["retry-after"]) >= 1
+            assert [p.split(";")[0] for p in refused.headers["server-timing"].split(", ")] == ["parse", "total"]
+            assert door.describe() == {"receiving": 0, "passing": 0}
+            await w.answer(score)
+            assert (await held).status == 200
 
     run(scenario())
