@@ -14,7 +14,9 @@ import argparse
 
 from aiohttp import web
 
-from gateway.app import LISTEN_BACKLOG, SERVER_OPTIONS
+from gateway.app import LISTEN_BACKLOG
+from gateway.reading import server_options
+from shared.config import load_settings
 
 
 async def refuse(request: web.Request) -> web.Response:
@@ -34,7 +36,7 @@ def main() -> None:
     app.router.add_post("/{tail:.*}", refuse)
     app.router.add_get("/health", health)
     web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None,
-                backlog=LISTEN_BACKLOG, **SERVER_OPTIONS)
+                backlog=LISTEN_BACKLOG, **server_options(load_settings()))
 
 
 if __name__ == "__main__":

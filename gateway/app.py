@@ -15,12 +15,12 @@ from gateway import pipeline
 from gateway.auth import OPEN_PATHS, authorized
 from gateway.body import read_body
 from gateway.capacity import Unavailable
-from gateway.errors import (ApiError, detail, internal_error, method_not_allowed, not_found, overloaded, too_large,
-                            unauthorized)
+from gateway.errors import ApiError, detail, internal_error, method_not_allowed, not_found, overloaded, unauthorized
 from gateway.fleet import Fleet
 from gateway.metrics import install as install_metrics, record_batch
+from gateway.reading import client_max_size, read_within, server_options
 from gateway.request_ids import request_id, unique
-from gateway.shedding import queued, refuse_if_full, shed_when_full
+from gateway.shedding import DOOR, Door, queued, received, refuse_if_full, shed_when_full
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
@@ -43,13 +43,7 @@ API_KEY = web.AppKey("api_key", str)  # "" = no authentication
 TIMING = "timing"  # request key: the request's Timing, started before its body is read
 REQUEST_ID = "request_id"  # request key: gateway/request_ids.py
 
-# aiohttp must hand us compressed bodies as they are: it would answer zstd with a text/plain 400
-# and inflate gzip without our size limit. gateway/body.py decompresses, bounded.
-SERVER_OPTIONS = {"auto_decompress": False}
 LISTEN_BACKLOG = 4096  # connections the kernel holds before accept (capped by net.core.somaxconn)
-# Headroom over the body limit for the compressed form of an incompressible body; the limit
-# itself is enforced on the decompressed bytes (gateway/body.py).
-BODY_SLACK = 64 * 1024
 
 
 class ClientHttpErrors(logging.Filter):
@@ -72,8 +66,11 @@ CLIENT_HTTP_ERRORS = ClientHttpErrors()
 
 
 def error_response(err: ApiError) -> web.Response:
-    return web.Response(body=err.json().encode("utf-8"), status=err.status, headers=err.headers,
-                        content_type="application/json")
+    response = web.Response(body=err.json().encode("utf-8"), status=err.status, headers=err.headers,
+                            content_type="application/json")
+    if err.headers.get(hdrs.CONNECTION) == "close":  # said, so done: aiohttp then closes it after the answer
+        response.force_close()
+    return response
 
 
 def _check_api_key(request: web.Request) -> None:
@@ -114,19 +111,13 @@ async def request_id_and_errors(request: web.Request, handler) -> web.StreamResp
     return response
 
 
-async def _read(request: web.Request, limit: int) -> bytes:
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise too_large(limit) from None
-
-
 async def systemone(request: web.Request) -> web.Response:
     app = request.app
     settings, profile, tok = app[SETTINGS], app[PROFILE], app[TOKENIZER]
     timing: Timing = request[TIMING]
     with timing.phase("parse"):
-        raw = await _read(request, settings.max_body_bytes)
+        raw = await read_within(request, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+        received(request)  # a place taken only now: one still sending its body kept nobody out
         body = read_body(raw, content_type=request.headers.get(hdrs.CONTENT_TYPE),
                          content_encoding=request.headers.get(hdrs.CONTENT_ENCODING), limit=settings.max_body_bytes)
     with timing.phase("validate"):
@@ -182,6 +173,7 @@ async def health(request: web.Request) -> web.Response:
         "model_files": {path.name: file_sha256(path) for path in files},
         "fingerprint": fingerprint(serves) if serves else None,
         "fleet": fleet.describe(),
+        "door": app[DOOR].describe(),
         "refused_workers": fleet.admission.describe(forget_after_s=settings.dead_after_s),
     }
     # ?ready: 200 only once every worker is up (a Kubernetes readiness probe: a unit takes traffic
@@ -195,14 +187,15 @@ def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokeni
     """The routes over parts the caller built: build_app passes the real ones; tests pass a small
     tokenizer and a fleet of scripted workers, so the HTTP contract is tested without the model.
     api_key: when not empty, the Bearer token every call but /health and /metrics needs."""
-    app = web.Application(middlewares=[request_id_and_errors, shed_when_full(FLEET, "/v1/systemone")],
-                          client_max_size=settings.max_body_bytes + BODY_SLACK)
+    app = web.Application(middlewares=[request_id_and_errors, shed_when_full("/v1/systemone")],
+                          client_max_size=client_max_size(settings))
     app[SETTINGS] = settings
     app[API_KEY] = api_key
     app[PROFILE] = profile
     app[MODEL_FILE] = model_file
     app[TOKENIZER] = tokenizer
     app[FLEET] = fleet
+    app[DOOR] = Door(fleet)
 
     async def fleet_ctx(app: web.Application):
         settings.run_path.mkdir(parents=True, exist_ok=True)
@@ -244,5 +237,5 @@ def run_gateway_process(settings: Settings) -> int:
     # the kernel resends a SYN only after 1 s: a 429 decided in 0.1 ms reached the client at 1.05 s.
     web.run_app(app, host=settings.host, port=settings.port, access_log=None, shutdown_timeout=settings.deadline_s,
                 print=lambda *_: log.info("gateway on http://%s:%d", settings.host, settings.port),
-                handler_cancellation=True, backlog=LISTEN_BACKLOG, **SERVER_OPTIONS)
+                handler_cancellation=True, backlog=LISTEN_BACKLOG, **server_options(settings))
     return 0

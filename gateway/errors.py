@@ -79,6 +79,12 @@ def too_large(limit: int) -> ApiError:
     return detail(413, f"Request body too large: over {limit} bytes (after decompression)")
 
 
+def body_timeout(seconds: float) -> ApiError:
+    """408: the body was not all in within body_timeout_s. RFC 9110 asks a server sending 408 to
+    close the connection: what is left of that body could not be told from a next request."""
+    return detail(408, f"Request body not received within {seconds:g} s", {"Connection": "close"})
+
+
 def not_found() -> ApiError:
     return detail(404, "Not Found")
 

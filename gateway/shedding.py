@@ -2,53 +2,92 @@
 requests already past the door will take — a decision request is refused with 429 before its body
 is read, parsed or tokenized: the cheapest possible answer, so an overload or a burst costs the
 gateway little and the refused learn it at once. The request path asks again once the body is
-validated, before it waits its turn for the tokenizer pool, and again, precisely, at submit."""
+in, before it takes a place, again once the body is validated, before it waits its turn for the
+tokenizer pool, and again, precisely, at submit.
+
+Invariant: the door's PASSING count is exactly the requests whose body is all in and that do not yet
+hold a place in a worker's queue (parsing, validating, tokenizing); each is a place taken. A
+request still receiving its body (counted as RECEIVING) takes no place, so clients that are slow to
+send, or stop sending, never keep one that has sent its whole request from being served; each
+is bounded in time and bytes by gateway/reading.py.
+"""
 from __future__ import annotations
 
 from aiohttp import web
 
 from gateway.fleet import Fleet
 
-
-DOOR = "door"  # request key: the Door the request passed, until it holds its own place in a queue
+RECEIVING, PASSING = "receiving", "passing"
+AT_DOOR = "at_door"  # request key: RECEIVING or PASSING while the door counts the request there
 
 
 class Door:
-    """Requests past the door that do not yet hold a place in a worker's queue (reading, parsing,
-    tokenizing). Each counts as a place taken, so a burst is told 429 at the door as soon as the
-    places are spoken for, instead of after parsing and waiting for the tokenizer."""
+    """Where the requests past the door are until they hold a place in a queue (or are done)."""
 
-    def __init__(self) -> None:
-        self.passing = 0
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        # RECEIVING: headers in, body still coming, no place taken; PASSING: body in, a place taken
+        self.counts = {RECEIVING: 0, PASSING: 0}
 
-    def enter(self, request: web.Request) -> None:
-        self.passing += 1
-        request[DOOR] = self
+    def arrive(self, request: web.Request) -> None:
+        """The headers are in: 429 now if no place is left (the body is not read), else count it
+        as receiving its body."""
+        refuse_if_full(self.fleet, reserved=self.counts[PASSING])
+        self._move(request, RECEIVING)
+
+    def received(self, request: web.Request) -> None:
+        """The body is in: from now on it takes a place, or it is told 429 if none is left."""
+        if request.get(AT_DOOR) != RECEIVING:
+            return  # not a request the door counts (another path)
+        self._move(request, None)
+        refuse_if_full(self.fleet, reserved=self.counts[PASSING])
+        self._move(request, PASSING)
+
+    def leave(self, request: web.Request) -> None:
+        """The request holds its own place in a queue now, or is done: the door counts it no more."""
+        self._move(request, None)
+
+    def describe(self) -> dict[str, int]:
+        """For /health: how many requests are receiving their body, and how many are passing."""
+        return dict(self.counts)
+
+    def _move(self, request: web.Request, to: str | None) -> None:
+        held = request.pop(AT_DOOR, None)
+        if held is not None:
+            self.counts[held] -= 1
+        if to is not None:
+            self.counts[to] += 1
+            request[AT_DOOR] = to
+
+
+DOOR = web.AppKey("door", Door)
+
+
+def received(request: web.Request) -> None:
+    """Called by the request path as soon as the body is read: see Door.received."""
+    request.app[DOOR].received(request)
 
 
 def queued(request: web.Request) -> None:
     """The request now holds its own place in a queue (or is done): it no longer reserves one."""
-    door = request.pop(DOOR, None)
-    if door is not None:
-        door.passing -= 1
+    request.app[DOOR].leave(request)
 
 
-def shed_when_full(fleet_key: web.AppKey, path: str):
-    """Middleware refusing POST `path` while app[fleet_key].refusal_when_full() says so, counting
-    the requests already past it; it runs inside the error middleware (which renders the
-    Unavailable) and after the API key check."""
-    door = Door()
+def shed_when_full(path: str):
+    """Middleware letting POST `path` through app[DOOR] (the 429 of a full fleet, before the body
+    is read); it runs inside the error middleware (which renders the Unavailable) and after the
+    API key check."""
 
     @web.middleware
     async def shed(request: web.Request, handler) -> web.StreamResponse:
         if request.method != "POST" or request.path != path:
             return await handler(request)
-        refuse_if_full(request.app[fleet_key], reserved=door.passing)
-        door.enter(request)
+        door = request.app[DOOR]
+        door.arrive(request)
         try:
             return await handler(request)
         finally:
-            queued(request)
+            door.leave(request)
 
     return shed
 

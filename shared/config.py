@@ -45,6 +45,11 @@ class Settings(BaseSettings):
                                 description="request body limit after decompression, bytes (413 above it)")
     deadline_s: float = Field(30.0, gt=0, description="seconds a request may stay queued before it gets 503 "
                                                       "(one already being read finishes)")
+    header_timeout_s: float = Field(20.0, gt=0, description="seconds a connection may take to send a request's "
+                                    "line and headers, from when it opened or got its last answer (so also how "
+                                    "long an idle kept-alive connection stays open); then it is closed")
+    body_timeout_s: float = Field(30.0, gt=0, description="seconds a request's body may take to arrive once its "
+                                  "headers are in; then 408 (until then it holds no place in a queue)")
     tokenizer_threads: int = Field(2, ge=1, description="gateway threads that tokenize requests")
     # --- fleet ---
     role: Literal["all", "gateway", "workers"] = Field(

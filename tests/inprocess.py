@@ -16,8 +16,9 @@ from pathlib import Path
 import zmq.asyncio
 from aiohttp.test_utils import TestServer
 
-from gateway.app import SERVER_OPTIONS, create_app
+from gateway.app import create_app
 from gateway.fleet import Fleet
+from gateway.reading import server_options
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import default_settings
 from shared.derive import serving_profile
@@ -71,7 +72,7 @@ class InProcessGateway:
         app = create_app(self.settings, profile=profile, model_file=self.model_file, tokenizer=tokenizer,
                          fleet=self.fleet, api_key=self.api_key)
         self.server = TestServer(app, host="127.0.0.1")
-        await self.server.start_server(**SERVER_OPTIONS)  # as run_gateway_process serves it
+        await self.server.start_server(**server_options(self.settings))  # as run_gateway_process serves it
         self.zctx = zmq.asyncio.Context()
         self.worker = await ScriptedWorker(self.zctx, self.settings.zmq_endpoint, "inprocess/w0").start()
         self.answering = asyncio.create_task(self.worker.answer_every_score())

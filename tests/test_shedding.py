@@ -4,6 +4,8 @@ app's error middleware."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from contextlib import asynccontextmanager
 
 import pytest
@@ -13,8 +15,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from gateway.app import create_app
 from gateway.capacity import NO_WORKER_RETRY_S, Unavailable
 from gateway.fleet import Fleet
-from gateway.shedding import refuse_if_full
+from gateway.reading import server_options
+from gateway.shedding import DOOR, refuse_if_full
 from jevfleet.harness.scripted_worker import ScriptedWorker
+from jevfleet.harness.slow_clients import open_connections, outcome, upload_head
 from shared.derive import serving_profile
 from tests.inprocess import ByteTokenizer
 from tests.test_fleet import run, running, score, settings, until
@@ -58,7 +62,8 @@ SMALL = {"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul"
 
 @asynccontextmanager
 async def app_client(tmp_path, **changes):
-    """The real app over a Fleet with no worker yet, and a test client for it (no model)."""
+    """The real app, served with the gateway's server options, over a Fleet with no worker yet,
+    and a test client for it (no model)."""
     s = settings(tmp_path, run_dir=str(tmp_path), **changes)
     profile = serving_profile(s.profile, s.model)
     tokenizer = ByteTokenizer(profile)
@@ -66,8 +71,22 @@ async def app_client(tmp_path, **changes):
     model_file = tmp_path / "model.gguf"
     model_file.write_bytes(b"GGUF stand-in")
     app = create_app(s, profile=profile, model_file=model_file, tokenizer=tokenizer, fleet=fleet)
-    async with TestClient(TestServer(app)) as client:
+    server = TestServer(app)
+    await server.start_server(**server_options(s))  # TestClient then uses it as it is
+    async with TestClient(server) as client:
         yield client, fleet
+
+
+@asynccontextmanager
+async def scripted_worker(fleet: Fleet, worker_id: str = "w"):
+    ctx = zmq.asyncio.Context()
+    w = await ScriptedWorker(ctx, fleet.endpoint, worker_id).start()
+    try:
+        await until(lambda: worker_id in fleet.workers and fleet.workers[worker_id].up, f"{worker_id} up")
+        yield w
+    finally:
+        w.close()
+        ctx.term()
 
 
 def test_refusals_become_http_in_one_place_with_retry_after_and_server_timing(tmp_path):
@@ -79,10 +98,7 @@ def test_refusals_become_http_in_one_place_with_retry_after_and_server_timing(tm
             phases = [p.split(";")[0] for p in resp.headers["Server-Timing"].split(", ")]
             assert phases == ["parse", "validate", "tokenize", "total"]
 
-            ctx = zmq.asyncio.Context()
-            w = await ScriptedWorker(ctx, fleet.endpoint, "w").start()
-            try:
-                await until(lambda: "w" in fleet.workers and fleet.workers["w"].up, "w up")
+            async with scripted_worker(fleet) as w:
                 held = asyncio.create_task(client.post("/v1/systemone", json=SMALL))
                 score = await w.recv()
                 resp = await client.post("/v1/systemone", json=SMALL)  # the one place is taken: 429 at the door
@@ -94,8 +110,55 @@ def test_refusals_become_http_in_one_place_with_retry_after_and_server_timing(tm
                 timings = dict(p.split(";dur=") for p in answered.headers["Server-Timing"].split(", "))
                 assert answered.status == 200 and float(timings["inference"]) == 5.0
                 assert float(timings["outside"]) >= 0
+
+    run(scenario())
+
+
+BODY = json.dumps(SMALL).encode()
+
+
+@asynccontextmanager
+async def one_place_an_upload_waiting_and_a_request_queued(tmp_path):
+    """queue_requests=1; an upload that has sent its headers and 10 bytes of BODY and waits, then a
+    whole request sent and queued at the one worker: (door, worker, upload socket, that request's
+    task, its score as the worker got it)."""
+    async with app_client(tmp_path, queue_requests=1, body_timeout_s=60) as (client, fleet):
+        door = client.server.app[DOOR]
+        async with scripted_worker(fleet) as w:
+            [slow] = open_connections(client.port, 1, upload_head(len(BODY)) + BODY[:10])
+            try:
+                await until(lambda: door.describe()["receiving"] == 1, "the upload receiving its body")
+                held = asyncio.create_task(client.post("/v1/systemone", json=SMALL))
+                yield door, w, slow, held, await w.recv()
             finally:
-                w.close()
-                ctx.term()
+                slow.close()
+
+
+def test_a_request_still_sending_its_body_takes_no_place(tmp_path):
+    """queue_requests=1: an upload that has sent 10 bytes and waits does not keep a whole request
+    from that one place; closing it gives back nothing it did not hold."""
+    async def scenario() -> None:
+        async with one_place_an_upload_waiting_and_a_request_queued(tmp_path) as (door, w, slow, held, score):
+            assert door.describe() == {"receiving": 1, "passing": 0}  # the whole one went past it
+            await w.answer(score)
+            assert (await held).status == 200
+            slow.close()  # the client leaves: its handler is cancelled
+            await until(lambda: door.describe() == {"receiving": 0, "passing": 0}, "the door empty")
+
+    run(scenario())
+
+
+def test_a_body_that_arrives_when_every_place_is_taken_is_refused_before_parsing(tmp_path):
+    """The door asks again once the body is in: an upload that began while there was room and
+    finished after the last place was taken is told 429 then, not queued behind it."""
+    async def scenario() -> None:
+        async with one_place_an_upload_waiting_and_a_request_queued(tmp_path) as (door, w, slow, held, score):
+            slow.sendall(BODY[10:])
+            refused = await asyncio.to_thread(outcome, slow, time.monotonic() + 10)
+            assert refused.status == 429 and int(refused.headers["retry-after"]) >= 1
+            assert [p.split(";")[0] for p in refused.headers["server-timing"].split(", ")] == ["parse", "total"]
+            assert door.describe() == {"receiving": 0, "passing": 0}
+            await w.answer(score)
+            assert (await held).status == 200
 
     run(scenario())
