@@ -21,7 +21,7 @@ caches), so the comparison does not lean on bit-identity across thread counts. T
 loopback and inside the run's own namespaces, which are removed at the end, as is every process.
 
     python -m jevfleet.harness.chaos --duration 600 --seed 1 [--requests 120 --clients 8 --queue-requests 2
-                                     --off-rounds 2 --out DIR]
+                                     --off-rounds 3 --out DIR]
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ class Config:
     requests: int = 120  # distinct requests, sent in turn
     clients: int = 8
     queue_requests: int = 2  # per worker in the chaos fleet: 3 workers hold 6, fewer than the clients
-    off_rounds: int = 2  # rounds of the gateway faults through the retries-off front, after duration_s
+    off_rounds: int = 3  # rounds of the gateway faults through the retries-off front, after duration_s
     max_requests: int = 200_000  # requests taken at most, whatever the duration
     min_rounds: int = 1  # rounds of every fault kind at least, even past duration_s
     gap_s: tuple[float, float] = (2.0, 6.0)  # seeded pause before each fault
