@@ -159,12 +159,14 @@ prompt-variants: $(VENV)/.installed-bench
 coherence: $(VENV)/.installed-bench
 	$(PY) -m bench.coherence $(BENCH_ARGS)
 
-# Faults under load, every answer checked (issue 30; docs/fleet.md): a reference pass (one worker, one client),
-# then the same requests from 8 clients through HAProxy to 2 gateways and 3 workers on network namespaces while
-# workers are killed, drained and frozen, a gateway is killed, a link is cut and a client disconnects. Fails on
-# any answer different from the reference, an undocumented status, a lost request, or a fleet not whole at the
-# end. Root, HAProxy and iproute2 needed (make test-tools). CHAOS_DURATION (s, default 600), CHAOS_SEED (1),
-# CHAOS_ARGS (--requests N --clients N --max-requests N); report.json and every log in CHAOS_OUT.
+# Faults under load, every answer checked (issues 30, 40; docs/fleet.md): a reference pass (one worker, one
+# client), then the same requests from 8 clients through HAProxy to 2 gateways and 3 workers on network namespaces,
+# queues short enough for 429s, while workers are killed, drained and frozen, a gateway is killed and frozen, a
+# link is cut (alone, and with a worker killed during it) and a client disconnects; then gateway faults through
+# HAProxy without retries, whose failures are counted apart. Fails on any answer different from the reference,
+# an undocumented status (retries on), a lost request, or a fleet not whole at the end. Root, HAProxy and iproute2
+# needed (make test-tools). CHAOS_DURATION (s, default 600), CHAOS_SEED (1), CHAOS_ARGS (--requests N --clients N
+# --queue-requests N --off-rounds N --max-requests N); report.json and every log in CHAOS_OUT.
 CHAOS_DURATION ?= 600
 CHAOS_SEED ?= 1
 CHAOS_OUT ?= /tmp/jevfleet-chaos

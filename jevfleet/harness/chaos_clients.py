@@ -8,6 +8,10 @@ UNDOCUMENTED_PAUSE_S. A request still unanswered when the run gives up (`give_up
 
 Every 200 is compared with the reference answer; a difference is a mismatch and the request is
 still counted as answered (it must not be sent again to hide it).
+
+The clients go through one HAProxy front at a time (`front`, switched by the run between phases);
+each attempt records the front it went through, the gateway that answered, and the Retry-After
+it was given, so the report can tell the phases apart and check that every refusal was waited out.
 """
 from __future__ import annotations
 
@@ -15,10 +19,11 @@ import collections
 import http.client
 import itertools
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Collection
 
 from jevfleet.harness.chaos_requests import Request, same
 from jevfleet.harness.load import Outcome, post
@@ -26,6 +31,7 @@ from jevfleet.harness.load import Outcome, post
 RETRY_CAP_S = 10.0
 UNDOCUMENTED_PAUSE_S = 1.0
 SAME, DIFFERENT, DISCONNECTED = "200 same as the reference", "200 DIFFERENT from the reference", "client disconnected"
+DIRECT = "direct"  # an attempt's front when it went straight to a gateway (the disconnecting client's first)
 
 
 @dataclass
@@ -36,6 +42,8 @@ class Attempt:
     started: float  # time.monotonic()
     ended: float
     gateway: str = ""  # x-jevfleet-gateway: who answered
+    front: str = ""  # the HAProxy front it went through (chaos_fleet.LB_PORTS), or DIRECT
+    retry_after: float | None = None  # the Retry-After it was given, as sent
 
 
 def retry_after(headers: dict) -> float | None:
@@ -56,7 +64,8 @@ def classify(outcome: Outcome, reference: dict) -> tuple[str, float]:
     if outcome.status in (429, 503) and after is not None and after >= 1:
         return f"{outcome.status} with Retry-After", min(after, RETRY_CAP_S)
     what = f"status {outcome.status}" if outcome.status else "connection error"
-    detail = str(outcome.body.get("error", outcome.body.get("detail", "")))[:80]
+    detail = str(outcome.body.get("error", outcome.body.get("detail", "")))
+    detail = " ".join(re.sub(r"<[^>]*>", " ", detail).split())[:80]  # HAProxy's own pages are HTML
     return f"undocumented: {what} {detail}".rstrip(), UNDOCUMENTED_PAUSE_S
 
 
@@ -65,7 +74,8 @@ class Clients:
     """Closed-loop clients over the fixed requests, in turn (request n of the run is
     reqs[n % len(reqs)]), until stopped or `max_requests` have been taken."""
 
-    url: str  # HAProxy
+    urls: dict[str, str]  # HAProxy's fronts by name
+    front: str  # the one every new attempt goes through
     reqs: list[Request]
     reference: list[dict]
     count: int
@@ -112,13 +122,14 @@ class Clients:
 
     def settle(self, req: Request, client: str, first: Outcome | None = None) -> None:
         """Send `req` until answered (`first`: an attempt already made); lost past give_up_at."""
-        outcome = first
+        outcome, front = first, DIRECT
         while True:
             if outcome is None:
-                outcome = post(self.url, req.body, req.index, timeout=120)
+                front = self.front
+                outcome = post(self.urls[front], req.body, req.index, timeout=120)
             kind, pause = classify(outcome, self.reference[req.index])
             self.record(Attempt(req.index, client, kind, outcome.started, outcome.ended,
-                                outcome.headers.get("x-jevfleet-gateway", "")))
+                                outcome.headers.get("x-jevfleet-gateway", ""), front, retry_after(outcome.headers)))
             if outcome.status == 200:
                 with self._lock:
                     self.answered += 1
@@ -132,10 +143,10 @@ class Clients:
             time.sleep(pause)  # the client's back-off (Retry-After), not synchronisation
             outcome = None
 
-    def disconnect(self, req: Request, host: str, port: int, after_s: float) -> bool:
+    def disconnect(self, req: Request, host: str, port: int, after_s: float) -> str:
         """Send `req` straight to a gateway and close the connection after `after_s` without
-        reading the answer; then send it again (through url) until answered, as the client
-        would. False if the first attempt ended before the disconnect (answered, or failed)."""
+        reading the answer; then send it again until answered, as the client would (through the
+        front in use). What the first attempt came to: DISCONNECTED, or what it got before."""
         with self._lock:
             self.taken += 1
         conn = http.client.HTTPConnection(host, port, timeout=after_s)
@@ -151,16 +162,43 @@ class Clients:
         finally:
             conn.close()
         if status == -1:
-            self.record(Attempt(req.index, "disconnecting", DISCONNECTED, started, time.monotonic()))
+            self.record(Attempt(req.index, "disconnecting", DISCONNECTED, started, time.monotonic(), front=DIRECT))
             self.settle(req, "disconnecting")
-            return True
+            return DISCONNECTED
         try:
             body = json.loads(raw)
         except ValueError:
             body = {"error": raw[:200].decode("utf-8", "replace")}
-        self.settle(req, "disconnecting", Outcome(req.index, status, body, headers, started, time.monotonic()))
-        return False
+        first = Outcome(req.index, status, body, headers, started, time.monotonic())
+        self.settle(req, "disconnecting", first)
+        return classify(first, self.reference[req.index])[0]
 
-    def tally(self) -> dict[str, int]:
+    def snapshot(self) -> list[Attempt]:
+        """The attempts made so far, in the order they ended."""
         with self._lock:
-            return dict(collections.Counter(a.outcome for a in self.attempts).most_common())
+            return list(self.attempts)
+
+    def tally(self, fronts: Collection[str] | None = None) -> dict[str, int]:
+        """Attempts by outcome: all of them, or those through one of `fronts`."""
+        return dict(collections.Counter(a.outcome for a in self.snapshot()
+                                        if fronts is None or a.front in fronts).most_common())
+
+    def refusals(self, status: int = 429) -> dict[str, object]:
+        """The refusals of `status` with Retry-After: how many, their Retry-After values, and
+        whether the client waited each out before sending the request again."""
+        attempts = self.snapshot()
+        kind = f"{status} with Retry-After"
+        waits = collections.Counter(a.retry_after for a in attempts if a.outcome == kind)
+        honoured = early = 0
+        last: dict[str, Attempt] = {}  # each client sends one request at a time, in order
+        for a in attempts:
+            before = last.get(a.client)
+            if before is not None and before.outcome == kind and before.index == a.index:
+                waited = a.started - before.ended
+                if waited >= min(before.retry_after, RETRY_CAP_S) - 0.01:
+                    honoured += 1
+                else:
+                    early += 1
+            last[a.client] = a
+        return {"count": sum(waits.values()), "retry_after_s": {f"{k:g}": n for k, n in sorted(waits.items())},
+                "retried_after_waiting": honoured, "retried_early": early}

@@ -2,7 +2,8 @@
 network namespaces on one bridge (jevfleet/harness/hosts.py), as tests/test_multihost.py lays
 them out:
 
-    a 10.213.9.1  HAProxy (conf/haproxy.cfg as `jevfleet haproxy-conf` renders it: retries on) + clients
+    a 10.213.9.1  HAProxy, twice (conf/haproxy.cfg as `jevfleet haproxy-conf` renders it: the shipped
+                  front with retries on, and one with them off for the run's last phase) + clients
     b 10.213.9.2  `serve --role gateway` (tcp, CURVE) + `serve --role workers` (hostb/w00, to b)
     c 10.213.9.3  `serve` (gateway + hostc/w00, one host as usual)
     d 10.213.9.4  `serve --role workers` (hostd/w00, over tcp with CURVE to b): the link that is cut
@@ -23,7 +24,9 @@ from shared.config import Settings
 from shared.curve import make_keys
 
 ADDRESSES = {"a": "10.213.9.1", "b": "10.213.9.2", "c": "10.213.9.3", "d": "10.213.9.4"}
-ZMQ_PORT, LB_PORT = 5555, 8080
+ZMQ_PORT = 5555
+RETRIES_ON, RETRIES_OFF = "retries on", "retries off"  # the two HAProxy fronts
+LB_PORTS = {RETRIES_ON: 8080, RETRIES_OFF: 8081}
 GATEWAYS = {"b": "b-gateway", "c": "c"}  # gateway host -> the `serve` that runs its gateway
 LB_NAMES = {"b": "gw1", "c": "gw2"}  # HAProxy's name for each gateway
 WORKERS = {"hostb/w00": ("b-workers", "b"), "hostc/w00": ("c", "c"), "hostd/w00": ("d", "b")}  # -> (serve, gateway)
@@ -40,13 +43,13 @@ class ChaosFleet:
     def layout(cls, tmp: Path, settings: Settings) -> ChaosFleet:
         return cls(Hosts(prefix="jevch", link="jch", addresses=ADDRESSES, tmp=tmp), settings)
 
-    @property
-    def lb_socket(self) -> Path:
-        return self.hosts.tmp / "haproxy.sock"
+    def lb_socket(self, front: str) -> Path:
+        return self.hosts.tmp / f"haproxy-{LB_PORTS[front]}.sock"
 
     @property
-    def lb_url(self) -> str:
-        return f"http://127.0.0.1:{LB_PORT}"  # inside a
+    def lb_urls(self) -> dict[str, str]:
+        """Each HAProxy front's URL, inside a."""
+        return {front: f"http://127.0.0.1:{port}" for front, port in LB_PORTS.items()}
 
     def start(self, flags: list[str]) -> None:
         """Every process, each `serve` with `flags` besides its role's own."""
@@ -67,19 +70,21 @@ class ChaosFleet:
         hosts.serve("c", "c", *flags, "--workers", "1", *http, core=1)
         hosts.serve("d", "d", *flags, "--role", "workers", "--workers", "1", "--endpoint", endpoint,
                     *curve_worker(1), core=1)
-        conf = tmp / "haproxy.cfg"
         gateways = [f"{ADDRESSES[h]}:{hosts.http_port}" for h in GATEWAYS]
-        conf.write_text(render_haproxy_conf(self.settings, gateways, bind=f"127.0.0.1:{LB_PORT}",
-                                            stats_socket=str(self.lb_socket)))
-        hosts.start("haproxy", "a", ["haproxy", "-db", "-f", str(conf)])
+        for front, port in LB_PORTS.items():  # each logs its requests to its own .out file
+            conf = tmp / f"haproxy-{port}.cfg"
+            conf.write_text(render_haproxy_conf(self.settings, gateways, bind=f"127.0.0.1:{port}",
+                                                stats_socket=str(self.lb_socket(front)), retry=front == RETRIES_ON))
+            hosts.start(f"haproxy-{port}", "a", ["haproxy", "-db", "-f", str(conf)])
 
     def view(self) -> dict[str, dict]:
         """Each gateway's /health ({} when it does not answer)."""
         return {host: self.hosts.health(host, timeout=2) for host in GATEWAYS}
 
-    def lb(self) -> dict[str, str]:
+    def lb(self, front: str = RETRIES_ON) -> dict[str, str]:
+        """A front's view of each gateway (gw1, gw2: UP, DOWN, ...); {} when it does not answer."""
         try:
-            return self.hosts.lb_status(self.lb_socket)
+            return self.hosts.lb_status(self.lb_socket(front))
         except OSError:
             return {}
 
@@ -93,9 +98,10 @@ class ChaosFleet:
             for wid, (_, gateway) in WORKERS.items():
                 if gateway == host and health and seen.get(wid, {}).get("state") != "up":
                     gaps.append(f"{wid}: {seen.get(wid, {}).get('state', 'unknown')} at {host}")
-        lb = self.lb()
-        gaps += [f"HAProxy: {LB_NAMES[h]} {lb.get(LB_NAMES[h], 'unknown')}" for h in GATEWAYS
-                 if lb.get(LB_NAMES[h]) != "UP"]
+        for front in LB_PORTS:
+            lb = self.lb(front)
+            gaps += [f"HAProxy ({front}): {LB_NAMES[h]} {lb.get(LB_NAMES[h], 'unknown')}" for h in GATEWAYS
+                     if lb.get(LB_NAMES[h]) != "UP"]
         return gaps
 
     def worker_state(self, wid: str) -> dict:
