@@ -63,11 +63,12 @@ class Ready(Message, tag="ready"):
 
     worker_id: str
     pid: int
-    cores: list[int]
+    cores: list[int]  # pinned to these; or, when pinned is False, the CPUs it may run on (worker/cores.py)
     serves: dict[str, str]  # shared/serving.py: the gateway admits only workers that serve its own
     snapshot_keys: frozenset[str] = frozenset()  # prefix_key of every prefix it keeps
     stats: WorkerStats = msgspec.field(default_factory=WorkerStats)
     draining: bool = False  # stopping: finishing its batch, takes no new requests
+    pinned: bool = True  # False with pin_workers = 0
 
 
 class Heartbeat(Ready, tag="heartbeat"):
