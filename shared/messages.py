@@ -134,8 +134,17 @@ class Ping(Message, tag="ping"):
     send fails for exactly the worker whose connection is gone, which names the dead one."""
 
 
+class CannotStart(Message, tag="cannot_start"):
+    """Worker → gateway instead of Ready: it failed before it was up (shared/refusal.py) and exits 2
+    now; the gateway lists it in /health with the reason until a worker of that id is admitted."""
+
+    worker_id: str
+    pid: int
+    reason: str  # one line
+
+
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping)
+_DECODER = msgspec.msgpack.Decoder(Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping | CannotStart)
 
 
 def encode(msg: Message) -> bytes:

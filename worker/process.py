@@ -27,12 +27,12 @@ import zmq
 
 from shared import curve
 from shared.config import Settings
-from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score, WorkerStats,
-                             decode, encode)
+from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score,
+                             WorkerStats, decode, encode)
 from shared.derive import serving_profile
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, preamble_tokens
-from shared.refusal import refuse
+from shared.refusal import reason, refuse
 from shared.serving import serving_facts
 from worker.canary import run_canary, shape_record
 from worker.cores import choose_cores, pin
@@ -47,6 +47,7 @@ from worker.warmup import startup_warmup
 log = logging.getLogger("jevfleet.worker")
 RESULTS = "inproc://results"
 EXIT_FLUSH_S = 2.0  # at exit, how long held answers wait for a gateway that is not reading
+CANNOT_START_LINGER_MS = 1000  # how long a worker that cannot start tries to tell the gateway why
 
 
 def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int, *,
@@ -159,6 +160,18 @@ class WorkerProcess:
         dropped = self.scheduler.clear()
         log.warning("%s: gateway connection lost; dropped %d queued requests", self.worker_id, len(dropped))
 
+    def _cannot_start(self, zctx: zmq.Context, why: str) -> None:
+        """Tell the gateway, instead of Ready, why this worker will not serve (for its /health);
+        a gateway that is not there does not hear it, and serve's exit says it anyway."""
+        dealer = zctx.socket(zmq.DEALER)
+        dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
+        dealer.setsockopt(zmq.LINGER, CANNOT_START_LINGER_MS)
+        if self.keys is not None:
+            self.keys.apply(dealer)
+        dealer.connect(self.settings.zmq_endpoint)
+        dealer.send(encode(CannotStart(worker_id=self.worker_id, pid=os.getpid(), reason=why)))
+        dealer.close()
+
     def serve(self) -> int:
         zctx = zmq.Context()
         pull = zctx.socket(zmq.PULL)
@@ -169,7 +182,11 @@ class WorkerProcess:
             thread.wait_loaded()
         except RuntimeError as exc:
             thread.join(timeout=5)  # its traceback printed before the refusal line, which comes last
-            return refuse(f"worker {self.worker_id}", exc.__cause__ or exc)
+            cause = exc.__cause__ or exc
+            self._cannot_start(zctx, reason(cause))
+            pull.close()
+            zctx.term()  # after the message left, or CANNOT_START_LINGER_MS without a gateway
+            return refuse(f"worker {self.worker_id}", cause)
         dealer = zctx.socket(zmq.DEALER)
         dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
         dealer.setsockopt(zmq.LINGER, 2000)
