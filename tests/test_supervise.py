@@ -126,14 +126,15 @@ def test_a_model_file_that_is_not_a_gguf_is_refused_by_serve_itself(tmp_path):
 @pytest.mark.fleet
 def test_a_gateway_and_worker_that_cannot_load_their_model_stop_serve_with_the_reason(tmp_path):
     """With a profile, serve does not read the file itself: both its programs fail before they are
-    up, and serve says why, once each, instead of supervisord restarting them for ever."""
+    up, and serve says why (the first one's reason at least) instead of supervisord restarting them
+    for ever."""
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"not a model at all" * 10)
     out = serve_until_it_exits(tmp_path / "run", "--profile", "gemma-3-270m", "--model", str(bad))
     assert out.returncode == REFUSED, out.stdout + out.stderr
     said = [line for line in out.stderr.splitlines() if MARK in line]
-    assert sorted(said) == [f"jevfleet serve: {p} {MARK}llama.cpp could not load {bad}"
-                            for p in ("gateway", "worker:worker_00")], out.stderr
+    expected = {f"jevfleet serve: {p} {MARK}llama.cpp could not load {bad}" for p in ("gateway", "worker:worker_00")}
+    assert said and set(said) <= expected, out.stderr  # the first to fail stops serve; the other may not get to
     assert (spawned(tmp_path / "run", "worker_00"), spawned(tmp_path / "run", "gateway")) == (1, 1)
 
 
