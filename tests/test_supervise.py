@@ -156,3 +156,14 @@ def test_a_start_up_canary_refusal_stops_serve_with_the_canarys_line(tmp_path):
     assert line.startswith(f"jevfleet serve: worker:worker_00 {MARK}start-up canary: deterministic mode is not "
                            "deterministic here"), out.stderr
     assert spawned(tmp_path / "run", "worker_00") == 1
+
+
+@pytest.mark.fleet
+def test_a_workers_only_serve_stops_too_when_its_worker_cannot_start(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not a model at all" * 10)
+    out = serve_until_it_exits(tmp_path / "run", "--role", "workers", "--endpoint", f"ipc://{tmp_path}/none.ipc",
+                               "--profile", "gemma-3-270m", "--model", str(bad))
+    assert out.returncode == REFUSED, out.stdout + out.stderr
+    assert f"jevfleet serve: worker:worker_00 {MARK}llama.cpp could not load {bad}" in out.stderr.splitlines()
+    assert spawned(tmp_path / "run", "worker_00") == 1
