@@ -11,7 +11,8 @@ unit; each unit's workers are pinned within CPUs of its own (the static CPU mana
 tests/podman_kube.py plays it), no core shared. Under closed-loop load through the front: kill -9
 one unit's gateway (supervisord in the pod restarts it; HAProxy retries what it held): 0 failures,
 and the unit serves again; then delete the other unit's pod as the kubelet does (preStop drain,
-SIGTERM with the grace period, removal): 0 failures, and the container exits 0. Build time, time to ready and failover times are printed.
+SIGTERM with the grace period, removal): 0 failures, and the container exits 0. Build time, time to
+ready and failover times are printed.
 """
 from __future__ import annotations
 

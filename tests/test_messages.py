@@ -5,8 +5,8 @@ import msgspec
 import pytest
 import zmq
 
-from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Ping, Ready, Result, Score, SnapshotStats,
-                             WorkerStats, decode, encode, prefix_key)
+from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Ping, Ready, Result, Score,
+                             SnapshotStats, WorkerStats, decode, encode, prefix_key)
 
 STATS = WorkerStats(batches=3, requests=7, queued_tokens=40, queued_requests=2,
                     state_snapshots=SnapshotStats(kept=2, hits=5, misses=1, bytes=1024))

@@ -7,6 +7,7 @@ import configparser
 import os
 import json
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -115,25 +116,36 @@ def spawned(run_dir: Path, process: str) -> int:
 
 
 @pytest.mark.fleet
-def test_a_model_file_that_is_not_a_gguf_is_refused_by_serve_itself(tmp_path):
+@pytest.mark.parametrize("profile", [[], ["--profile", "gemma-3-270m"]], ids=["derived", "named profile"])
+def test_a_model_file_that_is_not_a_gguf_is_refused_by_serve_itself(tmp_path, profile):
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"not a model at all" * 10)
-    out = serve_until_it_exits(tmp_path / "run", "--model", str(bad))
+    out = serve_until_it_exits(tmp_path / "run", *profile, "--model", str(bad))
     assert out.returncode == REFUSED and "not a GGUF file" in out.stderr, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1  # one line, no traceback
     assert not (tmp_path / "run" / "supervisord.log").exists()  # nothing was started
 
 
+@pytest.fixture
+def truncated(tmp_path) -> Path:
+    """The default GGUF without its last MiB: its header reads (serve plans with it), its tensors
+    do not load: a download cut short."""
+    path = tmp_path / "truncated.gguf"
+    shutil.copyfile(default_model()[1], path)
+    os.truncate(path, path.stat().st_size - (1 << 20))
+    return path
+
+
 @pytest.mark.fleet
-def test_a_gateway_and_worker_that_cannot_load_their_model_stop_serve_with_the_reason(tmp_path):
-    """With a profile, serve does not read the file itself: both its programs fail before they are
-    up, and serve says why (the first one's reason at least) instead of supervisord restarting them
-    for ever."""
-    bad = tmp_path / "model.gguf"
-    bad.write_bytes(b"not a model at all" * 10)
-    out = serve_until_it_exits(tmp_path / "run", "--profile", "gemma-3-270m", "--model", str(bad))
+def test_a_model_that_does_not_load_stops_serve_with_the_reason_instead_of_restarts_for_ever(tmp_path, truncated):
+    """serve reads only the header: the worker (and the gateway, vocabulary only) fail before they
+    are up, and serve says why (the first one's reason at least) instead of supervisord restarting
+    them for ever."""
+    out = serve_until_it_exits(tmp_path / "run", "--profile", "gemma-3-270m", "--model", str(truncated))
     assert out.returncode == REFUSED, out.stdout + out.stderr
     said = [line for line in out.stderr.splitlines() if MARK in line]
-    expected = {f"jevfleet serve: {p} {MARK}llama.cpp could not load {bad}" for p in ("gateway", "worker:worker_00")}
+    expected = {f"jevfleet serve: {p} {MARK}llama.cpp could not load {truncated}"
+                for p in ("gateway", "worker:worker_00")}
     assert said and set(said) <= expected, out.stderr  # the first to fail stops serve; the other may not get to
     assert (spawned(tmp_path / "run", "worker_00"), spawned(tmp_path / "run", "gateway")) == (1, 1)
 
@@ -159,11 +171,9 @@ def test_a_start_up_canary_refusal_stops_serve_with_the_canarys_line(tmp_path):
 
 
 @pytest.mark.fleet
-def test_a_workers_only_serve_stops_too_when_its_worker_cannot_start(tmp_path):
-    bad = tmp_path / "model.gguf"
-    bad.write_bytes(b"not a model at all" * 10)
+def test_a_workers_only_serve_stops_too_when_its_worker_cannot_start(tmp_path, truncated):
     out = serve_until_it_exits(tmp_path / "run", "--role", "workers", "--endpoint", f"ipc://{tmp_path}/none.ipc",
-                               "--profile", "gemma-3-270m", "--model", str(bad))
+                               "--profile", "gemma-3-270m", "--model", str(truncated))
     assert out.returncode == REFUSED, out.stdout + out.stderr
-    assert f"jevfleet serve: worker:worker_00 {MARK}llama.cpp could not load {bad}" in out.stderr.splitlines()
+    assert f"jevfleet serve: worker:worker_00 {MARK}llama.cpp could not load {truncated}" in out.stderr.splitlines()
     assert spawned(tmp_path / "run", "worker_00") == 1
