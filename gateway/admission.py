@@ -2,7 +2,9 @@
 
 Invariant: a worker whose stated facts (shared/serving.py) differ from the gateway's is never
 a member of the fleet, so no request is ever sent to it. It is logged once per process and
-listed by /health with the reason until it has been silent for a while.
+listed by /health with the reason until it has been silent for a while. A worker that could not
+start at all (CannotStart: it exits 2 after saying why) is listed as "failed" with its reason
+until a worker of that id is admitted.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from shared.messages import Ready
+from shared.messages import CannotStart, Ready
 from shared.serving import mismatch
 
 log = logging.getLogger("jevfleet.fleet")
@@ -22,6 +24,7 @@ class Refused:
     pid: int
     reason: str
     last_seen: float  # monotonic
+    state: str = "refused"  # refused: serves something else; failed: could not start, never heard again
 
 
 class Admission:
@@ -43,10 +46,16 @@ class Admission:
         self.refused[msg.worker_id] = Refused(msg.worker_id, msg.pid, reason, time.monotonic())
         return False
 
+    def cannot_start(self, msg: CannotStart) -> None:
+        """A worker that failed before it was up says why, once, and exits."""
+        log.warning("worker %s (pid %d) could not start: %s", msg.worker_id, msg.pid, msg.reason)
+        self.refused[msg.worker_id] = Refused(msg.worker_id, msg.pid, msg.reason, time.monotonic(), "failed")
+
     def describe(self, forget_after_s: float) -> list[dict]:
-        """The refused workers heard from within forget_after_s, for /health."""
+        """The refused workers heard from within forget_after_s, and those that could not start, for /health."""
         now = time.monotonic()
-        for worker_id in [w for w, r in self.refused.items() if now - r.last_seen > forget_after_s]:
+        for worker_id in [w for w, r in self.refused.items()
+                          if r.state == "refused" and now - r.last_seen > forget_after_s]:
             del self.refused[worker_id]
-        return [{"id": r.worker_id, "pid": r.pid, "state": "refused", "reason": r.reason}
+        return [{"id": r.worker_id, "pid": r.pid, "state": r.state, "reason": r.reason}
                 for r in self.refused.values()]

@@ -30,6 +30,7 @@ from shared.llama import tokenize
 from shared.messages import Score, SnapshotStats
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile
+from shared.refusal import refuse
 from shared.serving import fingerprint, serving_facts
 
 log = logging.getLogger("jevfleet.gateway")
@@ -230,12 +231,21 @@ def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
 
 def run_gateway_process(settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    app = build_app(settings, api_key=os.environ.get("JEV_API_KEY", ""))
+    try:  # a failure before the gateway listens exits 2 and is not restarted (shared/refusal.py)
+        app = build_app(settings, api_key=os.environ.get("JEV_API_KEY", ""))
+    except Exception as exc:
+        log.exception("the gateway could not start")
+        return refuse("gateway", exc)
     # handler_cancellation: a client that disconnects cancels its handler, which withdraws
     # its queued work from the worker. SIGTERM: stop accepting, let handlers finish, exit 0.
     # backlog: aiohttp's default of 128 pending connections made a burst of 400 lose SYNs, and
     # the kernel resends a SYN only after 1 s: a 429 decided in 0.1 ms reached the client at 1.05 s.
-    web.run_app(app, host=settings.host, port=settings.port, access_log=None, shutdown_timeout=settings.deadline_s,
-                print=lambda *_: log.info("gateway on http://%s:%d", settings.host, settings.port),
-                handler_cancellation=True, backlog=LISTEN_BACKLOG, **server_options(settings))
+    try:
+        web.run_app(app, host=settings.host, port=settings.port, access_log=None,
+                    shutdown_timeout=settings.deadline_s,
+                    print=lambda *_: log.info("gateway on http://%s:%d", settings.host, settings.port),
+                    handler_cancellation=True, backlog=LISTEN_BACKLOG, **server_options(settings))
+    except OSError as exc:  # raised only while binding its address (in use, not this host's): before it is up
+        log.exception("the gateway could not listen on %s:%d", settings.host, settings.port)
+        return refuse("gateway", exc)
     return 0

@@ -3,7 +3,8 @@
 gateway/link.py carries frames (the ROUTER and its monitor), gateway/membership.py knows the
 workers (heartbeats, admission, loss), gateway/placement.py knows the requests and the queues
 they wait in (routing, parking, resend). Invariant: every message from a worker reaches exactly
-one of them, by its type (a status to membership, an answer to placement, a drain to both);
+one of them, by its type (a status to membership, an answer to placement, a drain to both, a
+worker that cannot start to admission);
 membership reports each worker that leaves or enters service to placement, which takes back or
 fills its queue and owes each request an answer. Membership never sees a request, and neither
 module imports the other's caller.
@@ -21,7 +22,7 @@ from gateway.membership import Membership, WorkerState
 from gateway.placement import Placement, WorkerFailed
 from gateway.queues import WorkerQueue
 from shared.config import Settings
-from shared.messages import Drain, Error, Heartbeat, Message, Ready, Result, Score
+from shared.messages import CannotStart, Drain, Error, Heartbeat, Message, Ready, Result, Score
 
 __all__ = ["Fleet", "Unavailable", "WorkerFailed"]
 
@@ -108,7 +109,7 @@ class Fleet:
         handlers: dict[type[Message], Callable[[bytes, Any], None]] = {
             Ready: self.membership.on_status, Heartbeat: self.membership.on_status,
             Result: self.placement.on_answer, Error: self.placement.on_answer,
-            Drain: self._on_drain,
+            Drain: self._on_drain, CannotStart: lambda _, msg: self.admission.cannot_start(msg),
         }
         while True:
             identity, msg = await self.link.receive()

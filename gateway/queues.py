@@ -114,6 +114,7 @@ class WorkerQueue:
             "id": w.worker_id,
             "pid": w.pid,
             "cores": w.cores,
+            "pinned": w.status.pinned,
             "state": w.state,
             "queued_tokens": self.queued_tokens,
             "queued_reads": self.queued_reads,

@@ -1,9 +1,16 @@
-"""`jevfleet serve`: render the supervisord configuration for these settings and become
-supervisord, so that Ctrl-C or SIGTERM to `make serve` stops every process it started.
+"""`jevfleet serve`: render the supervisord configuration for these settings, run supervisord
+and watch it, so that Ctrl-C or SIGTERM to `make serve` stops every process it started, and a
+program that refuses at start stops them all.
 
 The role says which of the template's programs this host runs: all of them (one host), only
 the gateway (its workers run on other hosts), or only the workers (they connect to `endpoint`,
-a gateway elsewhere). Every role is the same supervisord, with the same restart and stop rules."""
+a gateway elsewhere). Every role is the same supervisord, with the same restart and stop rules.
+
+serve stays supervisord's parent: it forwards SIGTERM and SIGINT to it, and exits with its exit
+status; but when a gateway or worker refuses at start (it failed before it was up: exit 2,
+jevfleet/watch.py) serve prints that process's one-line reason, stops supervisord and exits 2.
+Starting it again would fail again, and a fleet that says "starting" for ever with no reason
+helps nobody. A process that was up and then dies is restarted by supervisord as before."""
 from __future__ import annotations
 
 import ctypes
@@ -11,12 +18,16 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
+from pathlib import Path
 from string import Template
 
+from jevfleet.watch import watch
 from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
 from shared.derive import serving_profile
 from shared.model_files import resolve_model
+from shared.refusal import MARK, REFUSED
 from worker.memory import MemoryRefusal, plan_workers
 
 PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
@@ -41,8 +52,8 @@ PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    """make does not forward SIGTERM to its children; ask the kernel to send it to us (and so to
-    supervisord, which we become) when the process that started us dies."""
+    """make does not forward SIGTERM to its children; ask the kernel to send it to this process
+    when the process that started it dies: serve (which forwards it) and its supervisord."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):  # not Linux: Ctrl-C still reaches the whole process group
@@ -80,7 +91,23 @@ def serve(settings: Settings) -> int:
                "workers": f"workers only: {settings.workers} connecting to {settings.zmq_endpoint}"}[settings.role]
     print(f"jevfleet: {serving}  model={model}\n"
           f"jevfleet: logs and supervisord socket in {run}  (supervisorctl -c {conf} status)", flush=True)
+    return supervise(conf, run / "supervisor.sock")
+
+
+def supervise(conf: Path, socket: Path) -> int:
+    """Run supervisord on `conf` until it exits (its exit status), or until a program refuses at
+    start (REFUSED, after stopping supervisord)."""
     supervisord = shutil.which("supervisord", path=os.path.dirname(sys.executable)) or "supervisord"
     _die_with_parent()
-    os.execv(supervisord, [supervisord, "-n", "-c", str(conf)])
-    return 1  # not reached
+    child = subprocess.Popen([supervisord, "-n", "-c", str(conf)], preexec_fn=_die_with_parent)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C reaches both; supervisord stops once
+        signal.signal(signum, lambda number, _: child.poll() is None and child.send_signal(number))
+    found = watch(child, socket)
+    if not found:
+        return child.returncode
+    for refusal in found:
+        print(f"jevfleet serve: {refusal.process} {MARK}{refusal.reason}", file=sys.stderr, flush=True)
+    print("jevfleet serve: stopping the fleet; starting it again would fail again", file=sys.stderr, flush=True)
+    child.terminate()
+    child.wait()
+    return REFUSED

@@ -60,6 +60,10 @@ class Settings(BaseSettings):
                                               "fit in memory")
     cores_per_worker: int = Field(2, ge=1, description="cores each worker is pinned to; also its llama.cpp "
                                                        "threads unless threads is set")
+    pin_workers: int = Field(1, ge=0, le=1, description="1 = pin worker k to cores [k*n, (k+1)*n) of the CPUs "
+                             "this process may run on (n = cores_per_worker); 0 = no pinning, each worker runs "
+                             "on all of them with cores_per_worker threads (Kubernetes without the static CPU "
+                             "manager policy)")
     endpoint: str = Field("", description="ZeroMQ endpoint of the gateway's ROUTER; empty = workers.ipc in run_dir")
     heartbeat_s: float = Field(0.5, gt=0, description="seconds between a worker's heartbeats")
     dead_after_s: float = Field(2.0, gt=0, description="a worker silent this many seconds is taken out of service")

@@ -63,11 +63,12 @@ class Ready(Message, tag="ready"):
 
     worker_id: str
     pid: int
-    cores: list[int]
+    cores: list[int]  # pinned to these; or, when pinned is False, the CPUs it may run on (worker/cores.py)
     serves: dict[str, str]  # shared/serving.py: the gateway admits only workers that serve its own
     snapshot_keys: frozenset[str] = frozenset()  # prefix_key of every prefix it keeps
     stats: WorkerStats = msgspec.field(default_factory=WorkerStats)
     draining: bool = False  # stopping: finishing its batch, takes no new requests
+    pinned: bool = True  # False with pin_workers = 0
 
 
 class Heartbeat(Ready, tag="heartbeat"):
@@ -133,8 +134,17 @@ class Ping(Message, tag="ping"):
     send fails for exactly the worker whose connection is gone, which names the dead one."""
 
 
+class CannotStart(Message, tag="cannot_start"):
+    """Worker → gateway instead of Ready: it failed before it was up (shared/refusal.py) and exits 2
+    now; the gateway lists it in /health with the reason until a worker of that id is admitted."""
+
+    worker_id: str
+    pid: int
+    reason: str  # one line
+
+
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping)
+_DECODER = msgspec.msgpack.Decoder(Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping | CannotStart)
 
 
 def encode(msg: Message) -> bytes:

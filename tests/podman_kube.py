@@ -18,6 +18,11 @@ What podman 4.3's `kube play` does with these kinds, and what stands in here:
   as the kubelet does it: the preStop command in the container, then SIGTERM with the pod's grace
   period, then removal.
 - PodDisruptionBudget, HorizontalPodAutoscaler: cluster controllers; not played.
+- The static CPU manager policy (static_cpu_policy): a kubelet with it gives each Guaranteed pod
+  with whole CPUs a cpuset of its own, and docs/deploy.md then says pin_workers = 1. podman 4.3
+  cannot give a played pod a cpuset, so each unit replica becomes a Pod (named as podman names a
+  Deployment's replicas) whose command first narrows its CPU affinity to its own CPUs, which is
+  what the worker sees of a cpuset (os.sched_getaffinity), and the ConfigMap says pin_workers = 1.
 
 Everything a run makes is named `jevk8s<pid>...`: a later run removes what a finished process left
 (pods, volumes, the network, the secret), never a live run's.
@@ -86,6 +91,47 @@ def for_podman(docs: list[dict], deployment: str, *, tag: str, image: str, secre
             if ref:
                 ref["name"] = secret
     return yaml.safe_dump_all(out + [dep], sort_keys=False)
+
+
+# The command's prefix that stands in for a cpuset: CPU affinity narrowed, then the pod's own command.
+AFFINITY = ("import os, sys; os.sched_setaffinity(0, [int(c) for c in sys.argv[1].split(',')]); "
+            "os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+def split_cpus(available: list[int], units: int) -> list[list[int]]:
+    """Disjoint CPU sets of equal size, one per unit, from the CPUs available: what a static-policy
+    kubelet's exclusive cpusets come to on a node this size."""
+    per = len(available) // units
+    if per == 0:
+        raise ValueError(f"{units} units cannot have CPUs of their own among {available}")
+    return [available[i * per:(i + 1) * per] for i in range(units)]
+
+
+def static_cpu_policy(played: str, deployment: str, cpusets: list[list[int]]) -> str:
+    """for_podman's YAML as a static-policy kubelet runs it (module docstring): the Deployment
+    named `deployment` becomes one Pod per cpuset, `<deployment>-pod-<i>`, whose containers run on
+    those CPUs only, and every ConfigMap's `pin_workers = 0` becomes 1."""
+    out = []
+    for doc in yaml.safe_load_all(played):
+        if doc["kind"] == "ConfigMap":
+            for key, text in doc["data"].items():
+                text, n = re.subn(r"(?m)^(\s*pin_workers\s*=\s*)0\b", r"\g<1>1", text)
+                if n != 1 and key.endswith(".toml"):
+                    raise ValueError(f"ConfigMap {doc['metadata']['name']}: no single pin_workers = 0 in {key}")
+                doc["data"][key] = text
+            out.append(doc)
+        elif doc["kind"] == "Deployment" and doc["metadata"]["name"] == deployment:
+            template = doc["spec"]["template"]
+            for i, cpus in enumerate(cpusets):
+                spec = copy.deepcopy(template["spec"])
+                for c in spec["containers"]:
+                    c["args"] = ["python", "-c", AFFINITY, ",".join(map(str, cpus)), *c["args"]]
+                out.append({"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {**copy.deepcopy(template["metadata"]), "name": f"{deployment}-pod-{i}"},
+                            "spec": spec})
+        else:
+            out.append(doc)
+    return yaml.safe_dump_all(out, sort_keys=False)
 
 
 def podman_secret_json(secret: dict) -> str:

@@ -1,5 +1,6 @@
 """gateway/admission.py with the real Fleet over ZeroMQ: a worker that does not serve the gateway's
-model is refused at registration, gets no work, and /health lists it; a newcomer claiming a live
+model is refused at registration, gets no work, and /health lists it (and a worker that could not
+start, with its reason); a newcomer claiming a live
 worker's id cannot displace it; and a real fleet refuses a worker started in another mode."""
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import pytest
 import zmq.asyncio
 
 from gateway.admission import Admission
+from jevfleet.harness.fleet import health
 from jevfleet.harness.load import by_id, decision, post, served_by, states
+from jevfleet.harness.processes import wait_until
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import PROJECT_ROOT
-from shared.messages import Ready
+from shared.messages import CannotStart, Ready
+from tests.inprocess import InProcessGateway
 from tests.test_fleet import run, running, score, settings, until
 
 
@@ -35,6 +39,44 @@ def test_a_refusal_is_listed_with_its_reason_and_forgotten_once_admitted():
         {"id": "x", "pid": 2, "state": "refused", "reason": "mode is 'fast', the gateway's is 'deterministic'"}]
     assert admission.admits(ready("x", 3, GATEWAY))  # restarted with the right settings
     assert admission.describe(forget_after_s=60) == []
+
+
+def test_a_worker_that_could_not_start_is_listed_as_failed_until_one_of_its_id_is_admitted():
+    admission = Admission(GATEWAY)
+    admission.cannot_start(CannotStart(worker_id="x", pid=2, reason="start-up canary: moved"))
+    failed = [{"id": "x", "pid": 2, "state": "failed", "reason": "start-up canary: moved"}]
+    assert admission.describe(forget_after_s=0) == failed  # it never beats again: silence does not forget it
+    assert admission.admits(ready("x", 3, GATEWAY))  # restarted, and it serves
+    assert admission.describe(forget_after_s=60) == []
+
+
+def test_health_lists_an_ignored_worker_and_one_that_could_not_start_with_their_reasons(tmp_path):
+    """The in-process gateway (its scripted worker serving what the gateway does) and two more over
+    real ZeroMQ: one serving another mode, one that could not start."""
+    gw = InProcessGateway(tmp_path)
+    try:
+        gw.fleet.admission.expected = gw.worker.serves = GATEWAY
+
+        async def others() -> list[ScriptedWorker]:
+            wrong = await ScriptedWorker(gw.zctx, gw.settings.zmq_endpoint, "wrong", pid=7, serves=FAST).start()
+            failed = ScriptedWorker(gw.zctx, gw.settings.zmq_endpoint, "failed", pid=8)
+            await failed.send(CannotStart(worker_id="failed", pid=8, reason="llama.cpp could not load /m.gguf"))
+            return [wrong, failed]
+
+        workers = gw._run(others())
+        try:
+            body = wait_until(lambda: health(gw.url)[1], "both listed",
+                              done=lambda h: len(h.get("refused_workers", [])) == 2, timeout=10)
+            assert sorted(body["refused_workers"], key=lambda r: r["id"]) == [
+                {"id": "failed", "pid": 8, "state": "failed", "reason": "llama.cpp could not load /m.gguf"},
+                {"id": "wrong", "pid": 7, "state": "refused", "reason": "mode is 'fast', the gateway's is "
+                                                                        "'deterministic'"}]
+            assert [w["id"] for w in body["workers"]] == ["inprocess/w0"] and body["status"] == "ready"
+        finally:
+            for w in workers:
+                w.close()
+    finally:
+        gw.stop()
 
 
 def test_a_refused_worker_is_logged_once_per_process(caplog):

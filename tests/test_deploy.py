@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import tomllib
 
 import pytest
 import yaml
@@ -110,6 +112,35 @@ def test_for_podman_changes_names_image_secret_and_ports_only():
     assert {k: v for k, v in container.items() if k not in ("image", "ports", "env")} == \
            {k: v for k, v in original.items() if k not in ("image", "ports", "env")}
     assert "ports" in original and original["image"] != "img:1"  # the manifests themselves are untouched
+
+
+def test_units_are_not_pinned_under_the_default_cpu_policy_and_the_comments_say_how_to_use_the_static_one(
+        pod_settings):
+    assert pod_settings.pin_workers == 0  # every pod sees the whole node: pinned, all units share its first cores
+    toml = CONFIG["data"]["jevfleet.toml"]
+    assert "--cpu-manager-policy=static" in toml and "pin_workers = 1" in toml
+
+
+def test_the_static_cpu_policy_as_played_gives_each_unit_its_own_cpus_and_pins_within_them():
+    assert kube.split_cpus([0, 1], 2) == [[0], [1]]
+    assert kube.split_cpus([2, 3, 4, 5, 6], 2) == [[2, 3], [4, 5]]
+    with pytest.raises(ValueError, match="cannot have CPUs of their own"):
+        kube.split_cpus([0], 2)
+    played = kube.for_podman(DOCS, "jevfleet-unit", tag="jevk8s1", image="img:1", secret="jevk8s1-key")
+    config, *pods = yaml.safe_load_all(kube.static_cpu_policy(played, "jevk8s1-jevfleet-unit", [[0], [1]]))
+    assert [p["kind"] for p in pods] == ["Pod", "Pod"]
+    assert [p["metadata"]["name"] for p in pods] == ["jevk8s1-jevfleet-unit-pod-0", "jevk8s1-jevfleet-unit-pod-1"]
+    assert tomllib.loads(config["data"]["jevfleet.toml"])["pin_workers"] == 1
+    for pod, cpus in zip(pods, ("0", "1")):
+        (container,) = pod["spec"]["containers"]
+        assert container["args"] == ["python", "-c", kube.AFFINITY, cpus, *kube.containers(UNIT)[0]["args"]]
+        assert pod["spec"]["volumes"][0]["configMap"]["name"] == "jevk8s1-jevfleet-config"
+    # The stand-in for the cpuset, run: the command it starts may use those CPUs only.
+    cpu = min(os.sched_getaffinity(0))
+    out = subprocess.run([sys.executable, "-c", kube.AFFINITY, str(cpu), sys.executable, "-c",
+                          "import os; print(sorted(os.sched_getaffinity(0)))"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.stdout.strip() == f"[{cpu}]", out.stderr
 
 
 def test_the_podman_secret_holds_every_key_base64_encoded():

@@ -7,10 +7,12 @@ On a podman network this test makes (and removes, with everything else it made, 
 failure): the unit Deployment's two replicas, a gateway and its worker in each pod, and the front
 (HAProxy from the same image, finding the units through the headless Service's name). Through the
 front: the official SDK gets answers, with the API key of the Secret; a state's requests reach one
-unit. Under closed-loop load through the front: kill -9 one unit's gateway (supervisord in the pod
-restarts it; HAProxy retries what it held): 0 failures, and the unit serves again; then delete the
-other unit's pod as the kubelet does (preStop drain, SIGTERM with the grace period, removal):
-0 failures, and the container exits 0. Build time, time to ready and failover times are printed.
+unit; each unit's workers are pinned within CPUs of its own (the static CPU manager policy, as
+tests/podman_kube.py plays it), no core shared. Under closed-loop load through the front: kill -9
+one unit's gateway (supervisord in the pod restarts it; HAProxy retries what it held): 0 failures,
+and the unit serves again; then delete the other unit's pod as the kubelet does (preStop drain,
+SIGTERM with the grace period, removal): 0 failures, and the container exits 0. Build time, time to
+ready and failover times are printed.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from jevfleet.harness.net import probe
 from jevfleet.harness.processes import wait_until
 from tests import podman_kube as kube
 from tests.test_sdk import QUESTIONS, SHORT_STATE, check_result, sdk
+from worker.cores import parse_cores
 
 pytestmark = [pytest.mark.fleet]
 
@@ -65,6 +68,7 @@ class Cluster:
     fronts: list[str] = field(default_factory=list)
     played_at: float = 0.0
     ips: dict[str, str] = field(default_factory=dict)  # pod -> its address on the test's network
+    cpusets: list[list[int]] = field(default_factory=list)  # each unit's own CPUs (the static CPU policy)
     run_dirs: dict[str, str] = field(default_factory=dict)
 
     def container(self, pod: str) -> str:
@@ -90,6 +94,16 @@ class Cluster:
                                                                 "print(load_settings().run_path)").strip()
         out = self.exec(pod, "supervisorctl", "-c", f"{self.run_dirs[pod]}/supervisord.conf", "pid", "gateway")
         return int(out.strip())
+
+    def worker_cpus(self, pod: str) -> list[tuple[bool, list[int], list[int]]]:
+        """Each worker of a unit: pinned or not, the cores /health says, and the CPUs its process may
+        run on as the kernel says (/proc/PID/status inside the pod)."""
+        found = []
+        for w in self.health(pod)["workers"]:
+            status = self.exec(pod, "cat", f"/proc/{w['pid']}/status")
+            allowed = re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.MULTILINE).group(1)
+            found.append((w["pinned"], w["cores"], parse_cores(allowed, sorted(os.sched_getaffinity(0)))))
+        return found
 
     def front_rows(self) -> list[dict[str, str]]:
         """HAProxy's statistics of the unit slots in use, from the stats socket of the first front pod."""
@@ -138,6 +152,8 @@ def cluster(image, tmp_path) -> Cluster:
     kube.remove_leftovers()
     docs = kube.load_manifests()
     c = Cluster(docs, api_key=secrets.token_hex(16))
+    replicas = kube.find(docs, "Deployment", "jevfleet-unit")["spec"]["replicas"]
+    c.cpusets = kube.split_cpus(sorted(os.sched_getaffinity(0)), replicas)
     try:
         kube.podman("network", "create", "--subnet", SUBNET, TAG)
         secret = dict(kube.find(docs, "Secret"), stringData={"api-key": c.api_key})
@@ -147,7 +163,10 @@ def cluster(image, tmp_path) -> Cluster:
         c.played_at = time.monotonic()
         for deployment, network in (("jevfleet-unit", f"{TAG}:alias={alias}"), ("jevfleet-front", TAG)):
             played = tmp_path / f"{deployment}.yaml"
-            played.write_text(kube.for_podman(docs, deployment, tag=TAG, image=IMAGE, secret=secret_name))
+            text = kube.for_podman(docs, deployment, tag=TAG, image=IMAGE, secret=secret_name)
+            if deployment == "jevfleet-unit":  # each unit on CPUs of its own, pinned within them
+                text = kube.static_cpu_policy(text, f"{TAG}-{deployment}", c.cpusets)
+            played.write_text(text)
             kube.podman("kube", "play", "--network", network, str(played))
         c.units = sorted(kube.pods(f"{TAG}-jevfleet-unit-pod-"))
         c.fronts = sorted(kube.pods(f"{TAG}-jevfleet-front-pod-"))
@@ -176,6 +195,15 @@ def test_two_units_behind_the_front_answer_and_lose_nothing_to_a_gateway_kill_or
         wait_until(lambda: c.front_servers() == {c.ips[u]: "UP" for u in c.units}, "the front seeing both units UP")
         timings["kube play -> the front has both units UP"] = time.monotonic() - c.played_at
         front = c.url(c.fronts[0])
+
+        # The static CPU manager policy as played (tests/podman_kube.py): each unit's workers are
+        # pinned within its own CPUs, and no core is pinned to by two units.
+        pinned = {u: c.worker_cpus(u) for u in c.units}
+        for unit, cpus in zip(c.units, c.cpusets):
+            assert pinned[unit] and all(p and cores == allowed and set(cores) <= set(cpus)
+                                        for p, cores, allowed in pinned[unit]), (unit, cpus, pinned[unit])
+        first, second = ({core for _, cores, _ in pinned[u] for core in cores} for u in c.units)
+        assert not first & second, pinned
 
         # The official SDK through the front, with the Secret's key; another key is refused.
         with sdk(front, api_key=c.api_key) as client:

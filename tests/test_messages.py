@@ -5,8 +5,8 @@ import msgspec
 import pytest
 import zmq
 
-from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Ping, Ready, Result, Score, SnapshotStats,
-                             WorkerStats, decode, encode, prefix_key)
+from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Ping, Ready, Result, Score,
+                             SnapshotStats, WorkerStats, decode, encode, prefix_key)
 
 STATS = WorkerStats(batches=3, requests=7, queued_tokens=40, queued_requests=2,
                     state_snapshots=SnapshotStats(kept=2, hits=5, misses=1, bytes=1024))
@@ -20,6 +20,7 @@ SAMPLES = [
     Cancel(request_id="r1"),
     Drain(worker_id="h/w00", request_ids=["r2", "r3"]),
     Ping(),
+    CannotStart(worker_id="h/w01", pid=13, reason="start-up canary: deterministic mode is not deterministic here"),
 ]
 
 

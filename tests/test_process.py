@@ -12,7 +12,8 @@ import pytest
 import zmq
 
 from shared.config import PROJECT_ROOT
-from shared.messages import Cancel, Drain, Error, Heartbeat, Ping, Ready, Result, Score, decode, encode
+from shared.messages import Cancel, CannotStart, Drain, Error, Heartbeat, Ping, Ready, Result, Score, decode, encode
+from shared.refusal import MARK, REFUSED, refusal_in
 
 WORKER = """
 import sys, time
@@ -128,10 +129,37 @@ def test_a_dead_engine_thread_exits_non_zero_so_supervisord_restarts_it(router):
     assert "scheduler thread died" in proc.stdout.read()
 
 
-def test_a_worker_that_cannot_start_exits_non_zero():
+def test_a_worker_that_cannot_start_exits_2_with_its_reason_as_its_last_line():
+    """Exit 2 is what supervisord does not restart and `jevfleet serve` stops on (shared/refusal.py)."""
     out = subprocess.run([sys.executable, "-m", "jevfleet", "worker", "--cores", "4096"], cwd=PROJECT_ROOT,
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0 and "are not available" in out.stderr
+    assert out.returncode == REFUSED
+    assert refusal_in(out.stderr) == out.stderr.splitlines()[-1].partition(MARK)[2]
+    assert "cores [4096] are not available" in refusal_in(out.stderr)
+
+
+def test_an_engine_refused_on_the_model_thread_exits_2_before_ready(tmp_path):
+    """The start-up canary's refusal (or a model that does not load) happens on the model thread;
+    the worker tells the gateway why instead of Ready, says it in its last line, and exits 2."""
+    refusing = WORKER.replace("wp.build_engine = lambda *args: SlowEngine()", "wp.build_engine = refuse",
+                              ).replace("PAUSE = ", "from worker.canary import CanaryError\n"
+                                        "def refuse(*args):\n    raise CanaryError('start-up canary: moved')\nPAUSE = ")
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    endpoint = f"ipc://{tmp_path}/w.ipc"
+    sock.bind(endpoint)
+    try:
+        out = subprocess.run([sys.executable, "-c", refusing, endpoint], cwd=PROJECT_ROOT, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == REFUSED, out.stderr
+        assert refusal_in(out.stderr) == "start-up canary: moved"
+        assert sock.poll(5000), "the worker never told the gateway why it could not start"
+        identity, frame = sock.recv_multipart()
+        assert decode(frame) == CannotStart(worker_id="fake", pid=decode(frame).pid, reason="start-up canary: moved")
+        assert not sock.poll(0)  # no Ready, nothing else
+    finally:
+        sock.close(linger=0)
+        ctx.term()
 
 
 @pytest.mark.batch_pause(0)

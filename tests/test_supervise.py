@@ -1,20 +1,27 @@
-"""`jevfleet serve`: the supervisord configuration it renders, and that the fleet goes away with
-the process that started it (make does not forward SIGTERM)."""
+"""`jevfleet serve`: the supervisord configuration it renders, that the fleet goes away with
+the process that started it (make does not forward SIGTERM), and that a gateway or worker refused
+at start stops it with the reason and exit 2 instead of being started again for ever."""
 from __future__ import annotations
 
 import configparser
 import os
+import json
 import select
+import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from jevfleet.harness.engine import default_model
 from jevfleet.harness.fleet import Fleet
 from jevfleet.harness.net import free_port
 from jevfleet.supervise import render_supervisord_conf, serve
 from shared.config import PROJECT_ROOT, default_settings
+from shared.model_files import file_sha256
+from shared.refusal import MARK, REFUSED
 from tests.test_memory import header
 
 
@@ -25,7 +32,8 @@ def test_rendered_conf_runs_one_gateway_and_the_configured_workers(tmp_path):
     worker = conf["program:worker"]
     assert worker["numprocs"] == "3"
     assert worker["process_name"] == "worker_%(process_num)02d"
-    assert worker["autorestart"] == "unexpected" and worker["exitcodes"] == "0"
+    assert worker["autorestart"] == "unexpected" and worker["exitcodes"] == "0,2"  # 2: refused at start
+    assert worker["startsecs"] == "0"  # up is the worker's own word, not a time: a refusal must reach EXITED
     assert int(worker["stopwaitsecs"]) > settings.deadline_s
     assert conf["program:gateway"]["command"].endswith("-m jevfleet gateway")
     assert conf["program:gateway"]["directory"] == str(PROJECT_ROOT) == worker["directory"]
@@ -41,6 +49,7 @@ def test_each_role_runs_its_programs_under_the_same_rules(tmp_path, role, progra
     assert {s.removeprefix("program:") for s in conf.sections() if s.startswith("program:")} == programs
     for name in programs:
         assert conf[f"program:{name}"]["autorestart"] == "unexpected"
+        assert (conf[f"program:{name}"]["exitcodes"], conf[f"program:{name}"]["startsecs"]) == ("0,2", "0")
     assert "supervisorctl" in conf and str(tmp_path) in conf["supervisord"]["logfile"]
 
 
@@ -92,3 +101,79 @@ def test_fleet_stops_when_the_process_that_started_it_is_terminated(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def serve_until_it_exits(run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`jevfleet serve` with one worker, to its end: the deadline is the test's only wait."""
+    cmd = [sys.executable, "-m", "jevfleet", "serve", "--port", str(free_port()), "--workers", "1",
+           "--run-dir", str(run_dir), *flags]
+    return subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+
+
+def spawned(run_dir: Path, process: str) -> int:
+    """How many times supervisord started `process`: once means no restart loop."""
+    return (run_dir / "supervisord.log").read_text().count(f"spawned: '{process}'")
+
+
+@pytest.mark.fleet
+@pytest.mark.parametrize("profile", [[], ["--profile", "gemma-3-270m"]], ids=["derived", "named profile"])
+def test_a_model_file_that_is_not_a_gguf_is_refused_by_serve_itself(tmp_path, profile):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not a model at all" * 10)
+    out = serve_until_it_exits(tmp_path / "run", *profile, "--model", str(bad))
+    assert out.returncode == REFUSED and "not a GGUF file" in out.stderr, out.stdout + out.stderr
+    assert "not a GGUF file" in out.stderr.strip().splitlines()[-1] and "Traceback" not in out.stderr  # one line
+    assert not (tmp_path / "run" / "supervisord.log").exists()  # nothing was started
+
+
+@pytest.fixture
+def truncated(tmp_path) -> Path:
+    """The default GGUF without its last MiB: its header reads (serve plans with it), its tensors
+    do not load: a download cut short."""
+    path = tmp_path / "truncated.gguf"
+    shutil.copyfile(default_model()[1], path)
+    os.truncate(path, path.stat().st_size - (1 << 20))
+    return path
+
+
+@pytest.mark.fleet
+def test_a_model_that_does_not_load_stops_serve_with_the_reason_instead_of_restarts_for_ever(tmp_path, truncated):
+    """serve reads only the header: the worker (and the gateway, vocabulary only) fail before they
+    are up, and serve says why (the first one's reason at least) instead of supervisord restarting
+    them for ever."""
+    out = serve_until_it_exits(tmp_path / "run", "--profile", "gemma-3-270m", "--model", str(truncated))
+    assert out.returncode == REFUSED, out.stdout + out.stderr
+    said = [line for line in out.stderr.splitlines() if MARK in line]
+    expected = {f"jevfleet serve: {p} {MARK}llama.cpp could not load {truncated}"
+                for p in ("gateway", "worker:worker_00")}
+    assert said and set(said) <= expected, out.stderr  # the first to fail stops serve; the other may not get to
+    assert (spawned(tmp_path / "run", "worker_00"), spawned(tmp_path / "run", "gateway")) == (1, 1)
+
+
+@pytest.mark.fleet
+def test_a_start_up_canary_refusal_stops_serve_with_the_canarys_line(tmp_path):
+    """A shape record saying a margin moved among batch mates on this CPU (worker/canary.py): the
+    worker refuses deterministic mode after loading the model, and serve stops."""
+    from worker.canary import shape_record  # loads llama.cpp's library
+
+    profile, model = default_model()
+    cache = tmp_path / "cache"
+    record = shape_record(cache, file_sha256(model))
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"differed": True}))
+    out = serve_until_it_exits(tmp_path / "run", "--profile", profile.name, "--model", str(model),
+                               "--cache-dir", str(cache))
+    assert out.returncode == REFUSED, out.stdout + out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if MARK in line]
+    assert line.startswith(f"jevfleet serve: worker:worker_00 {MARK}start-up canary: deterministic mode is not "
+                           "deterministic here"), out.stderr
+    assert spawned(tmp_path / "run", "worker_00") == 1
+
+
+@pytest.mark.fleet
+def test_a_workers_only_serve_stops_too_when_its_worker_cannot_start(tmp_path, truncated):
+    out = serve_until_it_exits(tmp_path / "run", "--role", "workers", "--endpoint", f"ipc://{tmp_path}/none.ipc",
+                               "--profile", "gemma-3-270m", "--model", str(truncated))
+    assert out.returncode == REFUSED, out.stdout + out.stderr
+    assert f"jevfleet serve: worker:worker_00 {MARK}llama.cpp could not load {truncated}" in out.stderr.splitlines()
+    assert spawned(tmp_path / "run", "worker_00") == 1

@@ -29,7 +29,7 @@ from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, tokenize
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
-from worker.memory import WAVE_TOKENS, context_cells, model_shape, snapshot_tokens
+from worker.memory import WAVE_TOKENS, context_cells, model_shape, tokens_in
 from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 from worker.status import status_of
@@ -47,17 +47,22 @@ class Engine:
         threads: int,
         deterministic: bool,
         state_cache: int,
-        state_cache_tokens: int,
+        state_cache_tokens: int | None = None,
+        state_cache_mb: int = 0,
         state_cache_second_miss: bool = True,
         state_cache_ram_mb: int = 0,
         head: Head | None = None,
     ) -> None:
-        """Sizes: the settings of the same names (from_settings); head: a learned readout, not yes−no."""
+        """Sizes: the settings of the same names (from_settings); the snapshots' cells are
+        state_cache_tokens, or state_cache_mb's worth of this model's tokens when that is None;
+        head: a learned readout, not yes−no."""
         if not 0 <= state_cache <= MAX_STATE_CACHE:  # checked before a model is loaded for nothing
             raise ValueError(f"state_cache must be 0..{MAX_STATE_CACHE}, not {state_cache}")
         lib = llama()
         self.deterministic = deterministic
         self.model = load_model(model_path)
+        if state_cache_tokens is None:
+            state_cache_tokens = tokens_in(state_cache_mb, model_shape(model_path))
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.tap = HiddenTap(lib.llama_model_n_embd(self.model))  # each output row's final hidden state
@@ -101,8 +106,7 @@ class Engine:
         an exact token budget give it as snapshot_tokens_override."""
         return cls(model_path, ctx=settings.ctx, batch_tokens=settings.batch_tokens, threads=threads,
                    deterministic=settings.mode == "deterministic", state_cache=settings.state_cache,
-                   state_cache_tokens=snapshot_tokens(settings, model_shape(model_path))
-                   if snapshot_tokens_override is None else snapshot_tokens_override, head=head,
+                   state_cache_tokens=snapshot_tokens_override, state_cache_mb=settings.state_cache_mb, head=head,
                    state_cache_second_miss=settings.state_cache_admission == "second-miss",
                    state_cache_ram_mb=settings.state_cache_ram_mb)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.config import Settings
+from shared.gguf_file import ModelFileError
 from shared.llama import MAX_STATE_CACHE, N_WORK, ggml, gguf_header
 
 GGUF_TYPE_UINT32, GGUF_TYPE_INT32, GGUF_TYPE_ARRAY = 4, 5, 9
@@ -72,7 +73,7 @@ def model_shape(path: Path) -> ModelShape:
     lib = ggml()
     with gguf_header(path) as ctx:
         if ctx is None:
-            raise ValueError(f"model file {path}: not a readable GGUF")
+            raise ModelFileError(f"model file {path}: not a GGUF file llama.cpp can read")  # one line, exit 2
         arch = lib.gguf_get_val_str(ctx, lib.gguf_find_key(ctx, b"general.architecture")).decode()
         n_layer = _u32(lib, ctx, f"{arch}.block_count")
         n_embd = _u32(lib, ctx, f"{arch}.embedding_length")
@@ -88,9 +89,14 @@ def model_shape(path: Path) -> ModelShape:
     return ModelShape(path.stat().st_size, n_layer, widths, n_vocab, n_ctx_train)
 
 
+def tokens_in(mib: int, shape: ModelShape) -> int:
+    """How many tokens of this model's KV cache `mib` MiB hold."""
+    return (mib * MIB) // shape.kv_bytes_per_token
+
+
 def snapshot_tokens(settings: Settings, shape: ModelShape) -> int:
     """The tokens state_cache_mb holds for this model: the snapshot cells' budget in tokens."""
-    return (settings.state_cache_mb * MIB) // shape.kv_bytes_per_token if settings.state_cache else 0
+    return tokens_in(settings.state_cache_mb, shape) if settings.state_cache else 0
 
 
 def context_cells(ctx: int, batch_tokens: int, snapshot_cells: int) -> int:

@@ -8,7 +8,9 @@ thread forwards. SIGTERM
 drains: queued requests are handed back to the gateway (DRAIN), the running batch finishes
 while heartbeats say "draining", requests arriving meanwhile are refused with code
 "draining" (the gateway places them again), and the process exits 0. Any crash exits
-non-zero, so supervisord (autorestart=unexpected) starts it again.
+non-zero, so supervisord (autorestart=unexpected) starts it again; a failure before the worker
+sent Ready (the model cannot be loaded, the start-up canary refuses, a setting it cannot honour)
+exits 2 with its reason in one line, and is not started again (shared/refusal.py).
 """
 from __future__ import annotations
 
@@ -25,14 +27,15 @@ import zmq
 
 from shared import curve
 from shared.config import Settings
-from shared.messages import (Cancel, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score, WorkerStats,
-                             decode, encode)
+from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score,
+                             WorkerStats, decode, encode)
 from shared.derive import serving_profile
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, preamble_tokens
+from shared.refusal import reason, refuse
 from shared.serving import serving_facts
 from worker.canary import run_canary, shape_record
-from worker.cores import derive_cores, parse_cores, pin
+from worker.cores import choose_cores, pin
 from worker.engine import Engine
 from worker.head import load_head
 from worker.model_thread import ModelThread
@@ -44,6 +47,7 @@ from worker.warmup import startup_warmup
 log = logging.getLogger("jevfleet.worker")
 RESULTS = "inproc://results"
 EXIT_FLUSH_S = 2.0  # at exit, how long held answers wait for a gateway that is not reading
+CANNOT_START_LINGER_MS = 1000  # how long a worker that cannot start tries to tell the gateway why
 
 
 def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int, *,
@@ -73,13 +77,15 @@ class WorkerProcess:
     def __init__(self, settings: Settings, *, index: int, cores: str = "", worker_id: str = "") -> None:
         self.settings = settings
         self.keys = curve.worker_keys(settings)  # refuse an unprotected remote link before loading
-        self.cores = parse_cores(cores) if cores else derive_cores(index, settings.cores_per_worker)
-        pin(self.cores)
+        placed = choose_cores(index, per_worker=settings.cores_per_worker, pin_workers=bool(settings.pin_workers),
+                              threads=settings.threads, explicit=cores)
+        if placed.pinned:
+            pin(placed.cores)
+        self.cores, self.pinned, self.threads = placed.cores, placed.pinned, placed.threads
         self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
         self.profile = serving_profile(settings.profile, settings.model)
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
-        self.threads = settings.threads or len(self.cores)
         self.engine: Engine | None = None  # built by the model thread
         self.scheduler: Scheduler | None = None
         self.serves: dict[str, str] = {}  # shared/serving.py, computed by the model thread
@@ -102,12 +108,13 @@ class WorkerProcess:
             stats=WorkerStats(**msgspec.structs.asdict(counters), queued_tokens=tokens, queued_requests=requests,
                               state_snapshots=engine.state_snapshots),
             draining=self._stop.is_set(),
+            pinned=self.pinned,
         )
 
     def _load(self) -> Scheduler:
         """On the model thread: load, pin the preamble, warm up."""
-        log.info("%s: loading %s on cores %s (%d threads)", self.worker_id, self.model_path, self.cores,
-                 self.threads)
+        log.info("%s: loading %s %s cores %s (%d threads)", self.worker_id, self.model_path,
+                 "pinned to" if self.pinned else "not pinned, on", self.cores, self.threads)
         self.engine = build_engine(self.settings, self.profile, self.model_path, self.threads)
         self.serves = serving_facts(profile=self.profile, model_sha256=self.model_sha256, mode=self.settings.mode,
                                     tokenize=self.engine.tokenize)
@@ -153,6 +160,18 @@ class WorkerProcess:
         dropped = self.scheduler.clear()
         log.warning("%s: gateway connection lost; dropped %d queued requests", self.worker_id, len(dropped))
 
+    def _cannot_start(self, zctx: zmq.Context, why: str) -> None:
+        """Tell the gateway, instead of Ready, why this worker will not serve (for its /health);
+        a gateway that is not there does not hear it, and serve's exit says it anyway."""
+        dealer = zctx.socket(zmq.DEALER)
+        dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
+        dealer.setsockopt(zmq.LINGER, CANNOT_START_LINGER_MS)
+        if self.keys is not None:
+            self.keys.apply(dealer)
+        dealer.connect(self.settings.zmq_endpoint)
+        dealer.send(encode(CannotStart(worker_id=self.worker_id, pid=os.getpid(), reason=why)))
+        dealer.close()
+
     def serve(self) -> int:
         zctx = zmq.Context()
         pull = zctx.socket(zmq.PULL)
@@ -162,8 +181,12 @@ class WorkerProcess:
         try:
             thread.wait_loaded()
         except RuntimeError as exc:
-            log.error("%s: %s", self.worker_id, exc)
-            return 1
+            thread.join(timeout=5)  # its traceback printed before the refusal line, which comes last
+            cause = exc.__cause__ or exc
+            self._cannot_start(zctx, reason(cause))
+            pull.close()
+            zctx.term()  # after the message left, or CANNOT_START_LINGER_MS without a gateway
+            return refuse(f"worker {self.worker_id}", cause)
         dealer = zctx.socket(zmq.DEALER)
         dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
         dealer.setsockopt(zmq.LINGER, 2000)
@@ -226,4 +249,9 @@ class WorkerProcess:
 
 def run_worker_process(settings: Settings, *, index: int, cores: str = "", worker_id: str = "") -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return WorkerProcess(settings, index=index, cores=cores, worker_id=worker_id).serve()
+    try:
+        process = WorkerProcess(settings, index=index, cores=cores, worker_id=worker_id)
+    except Exception as exc:  # keys, cores, profile or model file: nothing a restart would change
+        log.exception("worker %s could not start", worker_id or index)
+        return refuse(f"worker {worker_id or f'w{index:02d}'}", exc)
+    return process.serve()

@@ -50,7 +50,7 @@ def wait_healthy(url: str, check: HealthCheck = is_ready, what: str = "ready", *
 class Fleet:
     port: int
     run_dir: Path
-    proc: subprocess.Popen  # `jevfleet serve`, which became supervisord
+    proc: subprocess.Popen  # `jevfleet serve`, the parent of its supervisord
 
     @property
     def url(self) -> str:
