@@ -16,6 +16,7 @@ from string import Template
 
 from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
 from shared.derive import serving_profile
+from shared.gguf_file import within_trained_context
 from shared.model_files import resolve_model
 from worker.memory import MemoryRefusal, plan_workers
 
@@ -57,6 +58,7 @@ def serve(settings: Settings) -> int:
     # Assemble the model once here, not in N workers racing for the lock.
     profile = serving_profile(settings.profile, settings.model)
     model = resolve_model(profile, settings.cache_path, settings.model)
+    settings = within_trained_context(settings, model)  # before memory is planned and children read ctx
     try:  # as many workers as cores and memory allow, or those asked for if they fit
         workers = plan_workers(settings, model) if settings.role != "gateway" else settings.worker_count
     except MemoryRefusal as exc:

@@ -99,14 +99,14 @@ class Readout:
         row's logsumexp into job.reference (what bench-readout compares)."""
         h = q8_0_round_trip(hidden)
         if self._capture is not None:
-            job.features[suffix] = self._capture[1] @ h
+            job.features[suffix] = self.matrix.finish(self._capture[1] @ h)
             if full is not None:
                 top = float(full.max())
                 lse = top + math.log(float(np.exp(full.astype(np.float64) - top).sum()))
                 job.reference[suffix] = (full[self._capture[0]].astype(np.float64), lse)
         if self.head is not None:
-            return self.head.logit_of(self._head_rows @ h)
+            return self.head.logit_of(self.matrix.finish(self._head_rows @ h))
         return logsumexp([self.logit(t, h) for t in job.yes_ids]) - logsumexp([self.logit(t, h) for t in job.no_ids])
 
     def logit(self, token: int, h: np.ndarray) -> float:
-        return math.fsum(self.matrix.row(token) * h)
+        return float(self.matrix.finish(math.fsum(self.matrix.row(token) * h)))

@@ -10,7 +10,8 @@ So the engine stops llama.cpp's graph at its `result_norm` node, the final hidde
 output row: ggml's scheduler asks an eval callback about every node, computes up to one the
 callback wants to see, shows it, and stops there when the callback answers False (the rest of
 the graph is the output matmul). The engine then takes the columns it needs as W[ids]·h itself,
-W's rows dequantized from the GGUF file by the gguf package (ggml's Python tools).
+W's rows dequantized from the GGUF file by the gguf package (ggml's Python tools), then what the
+graph does after its matmul (a logit scale, Gemma 2's soft cap: OutputMatrix.finish).
 
 Invariant: a column is a function of h alone, so an answer is as independent of batch mates and
 cache state as h is. h itself can move in its last bits (the attention sums over cells in other
@@ -33,6 +34,18 @@ from shared.llama import ggml, gguf_header, llama
 
 HIDDEN_NODE = b"result_norm"  # the name every llama.cpp model graph gives the normed final state
 Q8_0_BLOCK = 32
+# Architectures whose graph scales the output matmul by {arch}.logit_scale (src/models/*.cpp)
+DIVIDED_BY_LOGIT_SCALE = ("minicpm", "granite", "granitemoe")
+MULTIPLIED_BY_LOGIT_SCALE = ("command-r", "cohere2")
+GGUF_TYPE_FLOAT32 = 6  # ggml's enum gguf_type
+
+
+def _f32(ctx: int, key: str) -> float | None:
+    """A float32 value of the header, None when the key is missing or of another type."""
+    lib = ggml()
+    at = lib.gguf_find_key(ctx, key.encode())
+    return float(lib.gguf_get_val_f32(ctx, at)) if at >= 0 and lib.gguf_get_kv_type(ctx, at) == GGUF_TYPE_FLOAT32 \
+        else None
 
 
 def q8_0_round_trip(h: np.ndarray) -> np.ndarray:
@@ -58,9 +71,10 @@ class OutputMatrix:
             if ctx is None:
                 raise RuntimeError(f"ggml could not read {path}")
             arch = lib.gguf_get_val_str(ctx, lib.gguf_find_key(ctx, b"general.architecture")).decode()
-            if lib.gguf_find_key(ctx, f"{arch}.final_logit_softcapping".encode()) >= 0:
-                raise ValueError(f"{path.name}: its logits are soft-capped, which a linear readout of the "
-                                 "hidden state does not reproduce")
+            self.softcap = _f32(ctx, f"{arch}.final_logit_softcapping") or 0.0
+            scale = _f32(ctx, f"{arch}.logit_scale") or (256 / n_embd if arch == "minicpm" else 1.0)
+            self.logit_factor = 1 / scale if arch in DIVIDED_BY_LOGIT_SCALE else \
+                scale if arch in MULTIPLIED_BY_LOGIT_SCALE else 1.0
             tensor = lib.gguf_find_tensor(ctx, b"output.weight")
             if tensor < 0:
                 tensor = lib.gguf_find_tensor(ctx, b"token_embd.weight")
@@ -72,6 +86,18 @@ class OutputMatrix:
         self.n_vocab, self.n_embd = n_vocab, n_embd
         self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(n_vocab, size // n_vocab))
         self._rows: dict[int, np.ndarray] = {0: self.rows([0])[0]}  # gguf dequantizes this type, or fail now
+
+    def finish(self, logits):
+        """What llama.cpp's graph does to the output matmul's logits before it hands them out, as
+        this file's architecture says: a logit scale (MiniCPM, Granite divide by it, Command-R
+        multiplies), then the final soft cap cap·tanh(x/cap) (Gemma 2; Gemma 3 when the file
+        sets it). Element-wise, so a column stays a function of h alone; float64 here, float32
+        in ggml (the canary's tolerance covers the difference)."""
+        if self.logit_factor != 1.0:
+            logits = logits * self.logit_factor
+        if self.softcap:
+            logits = self.softcap * np.tanh(logits / self.softcap)
+        return logits
 
     @property
     def type_name(self) -> str:
