@@ -83,6 +83,9 @@ class Matrix:
     def row(self, token: int) -> np.ndarray:
         return self.rows([token])[0]
 
+    def finish(self, logits):
+        return logits
+
 
 def test_readout_margin_plain_head_and_capture():
     # logits = h (W is I); multiples of 1/32 up to 127/32 come through the 8-bit rounding unchanged

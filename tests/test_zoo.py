@@ -56,24 +56,39 @@ def test_each_architecture_gets_the_tensors_llama_cpp_asks_for():
 TINY = ("qwen2-tiny", "phi3-tiny")
 
 
+def tiny(name: str):
+    return zoo.build(name, zoo.zoo_dir(), progress=False)  # built once (seconds), then cached by recipe
+
+
 @pytest.fixture(scope="module", params=TINY)
 def served(request):
-    """A tiny zoo file (built once, then cached by recipe) on an engine as a worker builds it: the
-    profile derived from the file, the start-up canary run (build_engine)."""
-    from jevfleet.harness.engine import new_engine
+    """A tiny zoo file on an engine as a worker builds it (build_engine runs the start-up canary),
+    with the profile derived from the file, or where derivation refuses it (phi3, below) the
+    few-shot profile with this file."""
+    from jevfleet.harness.engine import model_of, new_engine
     from shared.config import default_settings
-    from shared.derive import derive_profile
+    from shared.derive import FEW_SHOT
+    from shared.gguf_file import ModelFileError
 
-    path = zoo.build(request.param, zoo.zoo_dir(), progress=False)
-    settings = default_settings(model=str(path))
+    settings = default_settings(model=str(tiny(request.param)))
+    try:
+        profile = model_of(settings)[0]
+    except ModelFileError:
+        settings = default_settings(profile=FEW_SHOT, model=settings.model)
+        profile = model_of(settings)[0]
     engine = new_engine(settings, ctx=2048, state_cache=4, state_cache_tokens=2048)
-    yield request.param, derive_profile(path), engine
+    yield request.param, profile, engine
     engine.close()
 
 
 @pytest.mark.model
-def test_the_profile_is_derived_from_the_files_chat_template(served):
-    name, profile, _ = served
+@pytest.mark.parametrize("name", ["qwen2-tiny", pytest.param("phi3-tiny", marks=pytest.mark.xfail(
+    strict=True, reason="issue 38, open: Phi-3's SentencePiece vocabulary with Phi-3.5's template: no "
+                        "prefix/suffix cut of the rendered chat is a token boundary, so the file is refused"))])
+def test_the_profile_is_derived_from_the_files_chat_template(name):
+    from shared.derive import derive_profile
+
+    profile = derive_profile(tiny(name))
     assert profile.derived and profile.suffix.endswith({"qwen2-tiny": "<|im_start|>assistant\n",
                                                         "phi3-tiny": "<|assistant|>\n"}[name])
     assert profile.yes and profile.no
