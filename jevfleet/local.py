@@ -23,12 +23,12 @@ from gateway.errors import ApiError
 from gateway.tokenizer import Tokenizer
 from shared.config import Settings
 from shared.derive import serving_profile
-from shared.gguf_file import within_trained_context
 from shared.messages import Error, Message, Result, Score
 from shared.model_files import resolve_model
 from shared.profiles import Profile
 from worker.engine import Engine
 from worker.job import Job
+from worker.memory import within_trained_context
 from worker.model_thread import ModelThread
 from worker.process import build_engine
 from worker.scheduler import Pending, Scheduler

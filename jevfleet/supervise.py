@@ -16,9 +16,8 @@ from string import Template
 
 from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
 from shared.derive import serving_profile
-from shared.gguf_file import within_trained_context
 from shared.model_files import resolve_model
-from worker.memory import MemoryRefusal, plan_workers
+from worker.memory import MemoryRefusal, plan_workers, within_trained_context
 
 PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
 PROGRAM_SECTION = re.compile(r"^\[program:(\w+)\]\n(?:(?!\[).*\n?)*", re.MULTILINE)

@@ -16,7 +16,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Settings, replace
 from shared.llama import captured_log, ggml, gguf_header, llama, load_model, token_text
 from shared.llama import tokenize as llama_tokenize
 from shared.profiles import ProfileError
@@ -55,7 +54,7 @@ class Vocabulary:
 
 _STRINGS = ("general.architecture", "general.name", "general.license", "tokenizer.chat_template")
 _BOOLS = ("tokenizer.ggml.add_bos_token",)
-GGUF_TYPE_UINT32, GGUF_TYPE_BOOL, GGUF_TYPE_STRING = 4, 7, 8  # ggml's enum gguf_type
+GGUF_TYPE_BOOL, GGUF_TYPE_STRING = 7, 8  # ggml's enum gguf_type
 
 
 def _metadata(path: Path) -> dict[str, str | bool]:
@@ -73,33 +72,6 @@ def _metadata(path: Path) -> dict[str, str | bool]:
                     out[key] = (lib.gguf_get_val_str(ctx, at).decode("utf-8", "replace") if kind == GGUF_TYPE_STRING
                                 else bool(lib.gguf_get_val_bool(ctx, at)))
         return out
-
-
-def trained_context(path: Path) -> int:
-    """The context the file says its model was trained for ({arch}.context_length), 0 when unstated."""
-    lib = ggml()
-    with gguf_header(path) as ctx:
-        if ctx is None:
-            return 0
-        arch = lib.gguf_find_key(ctx, b"general.architecture")
-        if arch < 0 or lib.gguf_get_kv_type(ctx, arch) != GGUF_TYPE_STRING:
-            return 0
-        at = lib.gguf_find_key(ctx, lib.gguf_get_val_str(ctx, arch) + b".context_length")
-        return int(lib.gguf_get_val_u32(ctx, at)) if at >= 0 and lib.gguf_get_kv_type(ctx, at) == GGUF_TYPE_UINT32 \
-            else 0
-
-
-def within_trained_context(settings: Settings, path: Path) -> Settings:
-    """`settings` with ctx (the longest prompt) lowered to the file's trained context when it is
-    above it, said on stderr: no position is ever past what the model was trained on (llama.cpp
-    only warns). Applied where settings meet a model file (jevfleet serve, in-process runs), before
-    a gateway or worker reads ctx, so both refuse the same prompts."""
-    trained = trained_context(path)
-    if not trained or settings.ctx <= trained:
-        return settings
-    print(f"jevfleet: ctx {settings.ctx} is above {path.name}'s trained context; prompts are limited to its "
-          f"{trained} tokens", file=sys.stderr, flush=True)
-    return replace(settings, ctx=trained)
 
 
 def _control_texts(vocab) -> tuple[str, ...]:

@@ -76,7 +76,7 @@ def served(request):
     except ModelFileError:
         settings = default_settings(profile=FEW_SHOT, model=settings.model)
         profile = model_of(settings)[0]
-    engine = new_engine(settings, ctx=2048, state_cache=4, state_cache_tokens=2048)
+    engine = new_engine(settings, ctx=2048, state_cache=4, state_cache_mb=64)
     yield request.param, profile, engine
     engine.close()
 
