@@ -22,7 +22,8 @@ weights of a K-quant type (a Q4_K_M file's Q6_K) ggml rounds h to Q8_K instead, 
 with a float32 scale; the engine still rounds to Q8_0, whose float16 scale absorbs the last bits
 of a block's largest value where Q8_K's passes them on into every value of the block (mirroring
 Q8_K moved a Llama 3.2 1B-shaped file's margin by 2e-8 among batch mates). It matches llama.cpp's
-logits less closely then, which the canary's tolerance, relative to the logits' scale, allows.
+logits less closely then (by ~1 % of the largest logit on the zoo's files); the canary checks the
+readout with llama.cpp's own rounding instead (OutputMatrix.as_llama_rounds).
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ from gguf.quants import dequantize
 from shared.llama import ggml, gguf_header, llama
 
 HIDDEN_NODE = b"result_norm"  # the name every llama.cpp model graph gives the normed final state
-Q8_0_BLOCK = 32
+Q8_0_BLOCK, Q8_K_BLOCK = 32, 256
+K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # types ggml multiplies with Q8_K activations
 # Architectures whose graph scales the output matmul by {arch}.logit_scale (src/models/*.cpp)
 DIVIDED_BY_LOGIT_SCALE = ("minicpm", "granite", "granitemoe")
 MULTIPLIED_BY_LOGIT_SCALE = ("command-r", "cohere2")
@@ -59,6 +61,19 @@ def q8_0_round_trip(h: np.ndarray) -> np.ndarray:
     scaled = blocks * inverse
     q = np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))
     return (q.astype(np.float64) * scale.astype(np.float16).astype(np.float64)).reshape(h.shape)
+
+
+def q8_k_round_trip(h: np.ndarray) -> np.ndarray:
+    """h as ggml's quantize_row_q8_K_ref leaves it (the activations of a K-quant matmul): per block
+    of 256 values, iscale = -127 / (the value of largest magnitude), each value x rounded half to
+    even as iscale·x in float32, capped at 127, times 1/iscale; float64 out."""
+    blocks = h.astype(np.float32).reshape(-1, Q8_K_BLOCK)
+    peak = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(axis=1)]
+    with np.errstate(divide="ignore"):
+        iscale = np.where(peak != 0, np.float32(-127) / peak, np.float32(0)).astype(np.float32)
+        d = np.where(iscale != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
+    q = np.minimum(np.rint(blocks * iscale[:, None]), 127)
+    return (q.astype(np.float64) * d.astype(np.float64)[:, None]).reshape(h.shape)
 
 
 class OutputMatrix:
@@ -88,6 +103,11 @@ class OutputMatrix:
         self.n_vocab, self.n_embd = n_vocab, n_embd
         self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(n_vocab, size // n_vocab))
         self._rows: dict[int, np.ndarray] = {0: self.rows([0])[0]}  # gguf dequantizes this type, or fail now
+
+    def as_llama_rounds(self, h: np.ndarray) -> np.ndarray:
+        """h rounded as llama.cpp rounds it for its matmul with this matrix (Q8_K for a K-quant,
+        else Q8_0): what the canary compares with llama.cpp's row, not what answers are read with."""
+        return q8_k_round_trip(h) if self.type_name in K_QUANTS else q8_0_round_trip(h)
 
     def finish(self, logits):
         """What llama.cpp's graph does to the output matmul's logits before it hands them out, as
