@@ -42,6 +42,7 @@ from shared.config import Settings
 from shared.derive import CALIBRATION_SET, calibration_record, serving_profile, with_recorded_calibration
 from shared.profiles import Profile, ProfileError
 
+
 class CalibrationError(ProfileError):
     """A derived profile that cannot be calibrated here, in one line (the CLI: exit 2, no traceback)."""
 
