@@ -1,9 +1,9 @@
 """bench/zoo.py: the recipe table reproduces the published models' parameter counts and names a
-file by everything it depends on (no model); and two tiny files of architectures the shipped
-profiles do not have (qwen2 with Q/K/V biases, phi3 with fused QKV and gate/up and its own output
-matrix), built with the real tokenizers and chat templates, served by the engine as a worker
-serves them: profile derived, readout within the canary's tolerance, answers bit-identical alone
-and among batch mates."""
+file by everything it depends on (no model); and tiny files of architectures the shipped profiles
+do not have, built with the real tokenizers and chat templates: qwen2 (Q/K/V biases) served by the
+engine as a worker serves it (profile derived, readout within the canary's tolerance, answers
+bit-identical alone and among batch mates); phi3 (fused QKV and gate/up, its own output matrix)
+so far refused at derivation (an expected failure, issue 38)."""
 from __future__ import annotations
 
 import dataclasses
@@ -53,31 +53,24 @@ def test_each_architecture_gets_the_tensors_llama_cpp_asks_for():
 
 
 # --- the tiny files, on the engine ------------------------------------------------------------
-TINY = ("qwen2-tiny", "phi3-tiny")
 
 
 def tiny(name: str):
     return zoo.build(name, zoo.zoo_dir(), progress=False)  # built once (seconds), then cached by recipe
 
 
-@pytest.fixture(scope="module", params=TINY)
+# phi3-tiny's engine tests wait for its profile: derivation refuses the file (below), and the few-shot
+# profile's " Yes" is two tokens of Phi-3's vocabulary
+@pytest.fixture(scope="module", params=["qwen2-tiny"])
 def served(request):
     """A tiny zoo file on an engine as a worker builds it (build_engine runs the start-up canary),
-    with the profile derived from the file, or where derivation refuses it (phi3, below) the
-    few-shot profile with this file."""
+    with the profile derived from the file."""
     from jevfleet.harness.engine import model_of, new_engine
     from shared.config import default_settings
-    from shared.derive import FEW_SHOT
-    from shared.gguf_file import ModelFileError
 
     settings = default_settings(model=str(tiny(request.param)))
-    try:
-        profile = model_of(settings)[0]
-    except ModelFileError:
-        settings = default_settings(profile=FEW_SHOT, model=settings.model)
-        profile = model_of(settings)[0]
     engine = new_engine(settings, ctx=2048, state_cache=4, state_cache_mb=64)
-    yield request.param, profile, engine
+    yield request.param, model_of(settings)[0], engine
     engine.close()
 
 
