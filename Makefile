@@ -193,3 +193,11 @@ soak: $(VENV)/.installed-bench
 # Which way of reading the answer ranks best (token sets, hidden state vs llama.cpp logits row), per split and tag.
 bench-readout: $(VENV)/.installed-bench
 	$(PY) -m bench.readout $(BENCH_ARGS)
+
+# The model zoo (issue 38; bench/zoo.py): seeded random-weight GGUFs with real models' shapes, tokenizers
+# and chat templates, quantized Q4_K_M by llama.cpp's quantizer, into cache_dir/zoo/ (kept by recipe).
+# Default: Llama 3.2 1B, Qwen 2.5 1.5B, Gemma 3 1B; ZOO="llama-3.2-3b phi-3.5-mini gemma-2-2b minicpm-1b"
+# for the others (each 1.5-5 min on two cores, F16 file of 2-8 GB on disk while it is quantized).
+.PHONY: zoo
+zoo: $(STAMP)
+	$(PY) -m bench.zoo $(ZOO)

@@ -28,6 +28,7 @@ from shared.model_files import resolve_model
 from shared.profiles import Profile
 from worker.engine import Engine
 from worker.job import Job
+from worker.memory import within_trained_context
 from worker.model_thread import ModelThread
 from worker.process import build_engine
 from worker.scheduler import Pending, Scheduler
@@ -56,8 +57,9 @@ class LocalDecider:
     settings.threads says otherwise; `profile` replaces the one settings name."""
 
     def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
-        self.settings = settings
         self.profile = profile or serving_profile(settings.profile, settings.model)
+        self.settings = within_trained_context(settings, resolve_model(self.profile, settings.cache_path,
+                                                                       settings.model))
         self._waiting: dict[str, _Waiting] = {}
         self._lock = threading.Lock()
         # Loaded on the thread that will decode (worker/model_thread.py says why).

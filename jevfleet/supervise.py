@@ -28,7 +28,7 @@ from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
 from shared.derive import serving_profile
 from shared.model_files import resolve_model
 from shared.refusal import MARK, REFUSED
-from worker.memory import MemoryRefusal, plan_workers
+from worker.memory import MemoryRefusal, plan_workers, within_trained_context
 
 PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
 PROGRAM_SECTION = re.compile(r"^\[program:(\w+)\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
@@ -68,6 +68,7 @@ def serve(settings: Settings) -> int:
     # Assemble the model once here, not in N workers racing for the lock.
     profile = serving_profile(settings.profile, settings.model)
     model = resolve_model(profile, settings.cache_path, settings.model)
+    settings = within_trained_context(settings, model)  # before memory is planned and children read ctx
     try:  # as many workers as cores and memory allow, or those asked for if they fit
         workers = plan_workers(settings, model) if settings.role != "gateway" else settings.worker_count
     except MemoryRefusal as exc:

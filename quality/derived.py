@@ -18,6 +18,9 @@ Where the margins rank the items no better than chance, the fit is flat: a two-f
 fit split itself (by question, so a scenario's two texts stay together) must show Brier skill, else
 every answer is the base rate, as a hand-written profile would get from calibrate's refusal. The
 test split is never read here: it stays held back for `jevfleet eval`.
+
+A model the worker's start-up checks refuse is refused here first, in one line (CalibrationError,
+a ProfileError: the CLI prints it and exits 2), since calibrating loads it as a worker does.
 """
 from __future__ import annotations
 
@@ -37,7 +40,19 @@ from quality.items import load_set
 from quality.local import LocalRunner
 from shared.config import Settings
 from shared.derive import CALIBRATION_SET, calibration_record, serving_profile, with_recorded_calibration
-from shared.profiles import Profile
+from shared.profiles import Profile, ProfileError
+
+
+class CalibrationError(ProfileError):
+    """A derived profile that cannot be calibrated here, in one line (the CLI: exit 2, no traceback)."""
+
+
+def _root(exc: BaseException) -> str:
+    """The innermost cause's message, on one line (a model thread wraps what its load raised)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return " ".join(str(exc).split()) or type(exc).__name__
+
 
 TAG = "straightforward"  # the items calibrate fits a hand-written profile on by default (eval/README.md)
 
@@ -73,7 +88,11 @@ def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
     print(f"jevfleet: calibrating the profile derived from {profile.source.name} on {len(items)} yes/no items of "
           f"{CALIBRATION_SET.name} (once per model file; kept in {record.parent})", file=sys.stderr, flush=True)
     start = time.monotonic()
-    runner = LocalRunner(settings, profile)
+    try:
+        runner = LocalRunner(settings, profile)
+    except RuntimeError as exc:  # the model thread's load failed: the canary refused it, or llama.cpp did
+        raise CalibrationError(f"the profile derived from {profile.source.name} cannot be calibrated: "
+                               f"{_root(exc)}") from None
     try:
         with tqdm(total=len(items), desc="calibrating", unit="q", file=sys.stderr) as bar:
             outcomes = runner.ask(items, bar.update)
@@ -81,7 +100,8 @@ def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
         runner.close()
     answered = [o for o in outcomes if getattr(o, "margin", None) is not None]
     if len(answered) != len(items):
-        raise RuntimeError(f"calibration: {len(items) - len(answered)} of {len(items)} items got no margin")
+        raise CalibrationError(f"calibrating the profile derived from {profile.source.name}: "
+                               f"{len(items) - len(answered)} of {len(items)} items got no margin")
     margins = np.array([o.margin for o in answered])
     labels = np.array([o.answer == 0 for o in answered])
     groups = [repr((i.kind, i.question)) for i in items]  # a scenario: one question, two texts

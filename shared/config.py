@@ -97,7 +97,8 @@ class Settings(BaseSettings):
                                      "served, 1-2 min once per model file, kept in cache_dir/calibration/; 0 = "
                                      "served uncalibrated")
     ctx: int = Field(8192, ge=1, description="longest prompt of one question, tokens; longer is refused, "
-                                             "never truncated")
+                                             "never truncated; lowered to the model file's trained context "
+                                             "when above it")
     batch_tokens: int = Field(384, ge=1, description="token budget of one scheduler batch")
     threads: int = Field(0, ge=0, description="llama.cpp threads per worker; 0 = the number of cores it is "
                                               "pinned to")

@@ -151,6 +151,7 @@ def ggml() -> ctypes.CDLL:
                 ("gguf_init_from_file", [text, GGUFInitParams], p), ("gguf_free", [p], None),
                 ("gguf_find_key", [p, text], i64), ("gguf_get_val_str", [p, i64], text),
                 ("gguf_get_kv_type", [p, i64], ctypes.c_int), ("gguf_get_val_bool", [p, i64], ctypes.c_bool),
+                ("gguf_get_val_f32", [p, i64], ctypes.c_float),
                 ("gguf_find_tensor", [p, text], i64), ("gguf_get_data_offset", [p], size),
                 ("gguf_get_tensor_offset", [p, i64], size), ("gguf_get_tensor_size", [p, i64], size),
                 ("gguf_get_tensor_type", [p, i64], ctypes.c_int), ("gguf_get_val_u32", [p, i64], ctypes.c_uint32),

@@ -87,3 +87,26 @@ def test_with_derived_calibration_off_it_is_served_uncalibrated_and_says_so(tmp_
     assert (profile.scale, profile.bias, profile.calibration_record) == (1.0, 0.0, "")
     assert "served uncalibrated (derived_calibration is 0)" in capsys.readouterr().err
     assert not (tmp_path / "calibration").exists()
+
+
+@pytest.mark.model
+def test_a_model_the_start_up_canary_refuses_stops_the_first_serve_with_one_line(tmp_path, small_set, monkeypatch):
+    """As `jevfleet serve` meets it: the model thread's load raised, its waiter wraps that; the CLI
+    prints a ProfileError as one line and exits 2."""
+    from shared.profiles import ProfileError
+    from worker.canary import CanaryError
+
+    def refused(*_args, **_kwargs):
+        try:
+            raise CanaryError("start-up canary: the readout does not fit this model or build")
+        except CanaryError as exc:
+            raise RuntimeError(f"loading the model failed: {exc!r}") from exc
+
+    smollm2 = model_of(default_settings(), "smollm2-135m")[1]
+    settings = replace(default_settings(), model=str(smollm2), cache_dir=str(tmp_path))
+    monkeypatch.setattr(quality.derived, "LocalRunner", refused)
+    with pytest.raises(ProfileError) as refusal:
+        calibrated_serving_profile(settings)
+    assert str(refusal.value) == (f"the profile derived from {smollm2.name} cannot be calibrated: start-up canary: "
+                                  "the readout does not fit this model or build")
+    assert not calibration_record(settings.cache_path, derive_profile(smollm2)).is_file()

@@ -15,7 +15,7 @@ from quality.head import feature_ids, fit_head, fit_logistic
 from shared.profiles import load_profile
 from worker.job import Job
 from worker.head import Readout, load_head, logsumexp, make_head
-from worker.hidden import q8_0_round_trip
+from worker.hidden import q8_0_round_trip, q8_k_round_trip
 
 
 def separable(n: int, dims: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -83,6 +83,9 @@ class Matrix:
     def row(self, token: int) -> np.ndarray:
         return self.rows([token])[0]
 
+    def finish(self, logits):
+        return logits
+
 
 def test_readout_margin_plain_head_and_capture():
     # logits = h (W is I); multiples of 1/32 up to 127/32 come through the 8-bit rounding unchanged
@@ -120,6 +123,17 @@ def test_the_8_bit_rounding_is_ggmls_q8_0():
     scale = float(np.float16(np.float32(2e-3) / np.float32(127)))
     assert out[32:35].tolist() == [64 * scale, -127 * scale, 0.0]
     assert not q8_0_round_trip(np.zeros(32, np.float32)).any()
+
+
+def test_the_8_bit_rounding_of_a_k_quant_matmul_is_ggmls_q8_k():
+    """Per block of 256: iscale -127 / the value of largest magnitude, half to even, 1/iscale back."""
+    h = np.zeros(512, dtype=np.float32)
+    h[:4] = [127 / 64, 1.5 / 64, 2.5 / 64, -2.5 / 64]  # iscale -64: -1.5 -> -2, -2.5 -> -2, 2.5 -> 2
+    h[256:259] = [-127 / 64, 1.5 / 64, 0.5 / 64]  # a negative peak: iscale 64, 1.5 -> 2, 0.5 -> 0
+    out = q8_k_round_trip(h)
+    assert out[:4].tolist() == [127 / 64, 2 / 64, 2 / 64, -2 / 64]
+    assert out[256:259].tolist() == [-127 / 64, 2 / 64, 0.0] and not out[259:].any()
+    assert not q8_k_round_trip(np.zeros(256, np.float32)).any()
 
 
 PROFILE = """name = "p"

@@ -2,6 +2,8 @@
 hidden state, rounded to 8 bits as ggml rounds it for its output matmul, are llama.cpp's own logits."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -74,16 +76,28 @@ def test_a_decode_with_outputs_skips_the_output_matmul(engine):
     assert gap(sky, full_logits=True) < 1e-3
 
 
-def test_a_model_with_soft_capped_logits_is_refused(tmp_path):
+def _header_only(path, arch: str, **floats: float) -> None:
     from gguf import GGUFWriter
 
-    path = tmp_path / "capped.gguf"
-    writer = GGUFWriter(str(path), "gemma2")
-    writer.add_float32("gemma2.final_logit_softcapping", 30.0)
-    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    writer = GGUFWriter(str(path), arch)
+    for key, value in floats.items():
+        writer.add_float32(f"{arch}.{key}", value)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))  # 4 tokens, 8 wide
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(ValueError, match="soft-capped"):
-        OutputMatrix(path, n_vocab=8, n_embd=4)
+
+
+def test_soft_capped_logits_are_capped_as_llama_cpp_caps_them(tmp_path):
+    """Gemma 2's final soft cap, cap·tanh(x/cap), after the matmul (src/models/gemma2.cpp)."""
+    _header_only(tmp_path / "capped.gguf", "gemma2", final_logit_softcapping=30.0)
+    matrix = OutputMatrix(tmp_path / "capped.gguf", n_vocab=4, n_embd=8)
+    assert matrix.finish(np.array([0.0, 30.0, -300.0])) == pytest.approx([0.0, 30 * math.tanh(1), -30 * math.tanh(10)])
+
+
+def test_a_logit_scale_is_applied_the_way_the_architecture_applies_it(tmp_path):
+    _header_only(tmp_path / "minicpm.gguf", "minicpm", logit_scale=6.0)
+    _header_only(tmp_path / "plain.gguf", "llama", logit_scale=6.0)  # a key llama's graph does not read
+    assert OutputMatrix(tmp_path / "minicpm.gguf", n_vocab=4, n_embd=8).finish(3.0) == pytest.approx(0.5)
+    assert OutputMatrix(tmp_path / "plain.gguf", n_vocab=4, n_embd=8).finish(3.0) == 3.0

@@ -10,7 +10,7 @@ from gguf import GGUFWriter
 
 from shared.config import default_settings
 from worker.memory import (MIB, MemoryRefusal, context_cells, model_shape, plan_workers, snapshot_tokens,
-                           worker_bytes)
+                           within_trained_context, worker_bytes)
 
 
 def header(path: Path, arch: str, *, layers: int, embd: int, heads: int, kv_heads: int | list[int],
@@ -90,3 +90,11 @@ def test_a_containers_limit_less_its_usage_bounds_the_memory_available(tmp_path,
     monkeypatch.setattr(memory, "CGROUP_FILES", ((str(tmp_path / "max"), str(tmp_path / "current")),
                                                  (str(tmp_path / "absent"), str(tmp_path / "absent"))))
     assert host > 2 << 30 and memory.available_bytes() == 2 << 30  # 3 GiB allowed, 1 GiB used
+
+
+def test_ctx_is_lowered_to_the_files_trained_context_and_never_raised(tmp_path, capsys):
+    short = header(tmp_path / "short.gguf", "llama", layers=2, embd=256, heads=4, kv_heads=4, ctx_train=4096)
+    assert within_trained_context(default_settings(ctx=8192), short).ctx == 4096
+    assert "limited to its 4096 tokens" in capsys.readouterr().err
+    assert within_trained_context(default_settings(ctx=2048), short).ctx == 2048
+    assert capsys.readouterr().err == ""

@@ -32,7 +32,8 @@ def test_load_and_serve_run_on_the_same_thread_and_the_loaded_value_is_handed_ov
 
 
 def test_a_failed_load_raises_in_the_waiting_thread_and_never_serves(monkeypatch):
-    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the thread's own report
+    reported = []
+    monkeypatch.setattr(threading, "excepthook", reported.append)  # a traceback the thread would print
     served = []
 
     def load() -> str:
@@ -43,4 +44,4 @@ def test_a_failed_load_raises_in_the_waiting_thread_and_never_serves(monkeypatch
     with pytest.raises(RuntimeError, match="no such model"):
         thread.wait_loaded()
     thread.join(10)
-    assert served == [] and not thread.is_alive()
+    assert served == [] and not thread.is_alive() and reported == []

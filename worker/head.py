@@ -81,6 +81,7 @@ class Readout:
         self.matrix = matrix
         self.head = head
         self._capture: tuple[np.ndarray, np.ndarray] | None = None  # ids, their rows of W
+        self.as_llama = False  # captured columns from h rounded as llama.cpp rounds it (the canary's check)
         if head is not None and (head.ids.min() < 0 or head.ids.max() >= matrix.n_vocab):
             raise ValueError("the head reads token ids outside this model's vocabulary")
         self._head_rows = None if head is None else matrix.rows(head.ids)
@@ -99,14 +100,15 @@ class Readout:
         row's logsumexp into job.reference (what bench-readout compares)."""
         h = q8_0_round_trip(hidden)
         if self._capture is not None:
-            job.features[suffix] = self._capture[1] @ h
+            rounded = self.matrix.as_llama_rounds(hidden) if self.as_llama else h
+            job.features[suffix] = self.matrix.finish(self._capture[1] @ rounded)
             if full is not None:
                 top = float(full.max())
                 lse = top + math.log(float(np.exp(full.astype(np.float64) - top).sum()))
                 job.reference[suffix] = (full[self._capture[0]].astype(np.float64), lse)
         if self.head is not None:
-            return self.head.logit_of(self._head_rows @ h)
+            return self.head.logit_of(self.matrix.finish(self._head_rows @ h))
         return logsumexp([self.logit(t, h) for t in job.yes_ids]) - logsumexp([self.logit(t, h) for t in job.no_ids])
 
     def logit(self, token: int, h: np.ndarray) -> float:
-        return math.fsum(self.matrix.row(token) * h)
+        return float(self.matrix.finish(math.fsum(self.matrix.row(token) * h)))

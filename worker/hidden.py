@@ -10,16 +10,20 @@ So the engine stops llama.cpp's graph at its `result_norm` node, the final hidde
 output row: ggml's scheduler asks an eval callback about every node, computes up to one the
 callback wants to see, shows it, and stops there when the callback answers False (the rest of
 the graph is the output matmul). The engine then takes the columns it needs as W[ids]·h itself,
-W's rows dequantized from the GGUF file by the gguf package (ggml's Python tools).
+W's rows dequantized from the GGUF file by the gguf package (ggml's Python tools), then what the
+graph does after its matmul (a logit scale, Gemma 2's soft cap: OutputMatrix.finish).
 
 Invariant: a column is a function of h alone, so an answer is as independent of batch mates and
 cache state as h is. h itself can move in its last bits (the attention sums over cells in other
 orders); llama.cpp's output matmul first rounds h to 8 bits a value (Q8_0, the activation type
 ggml pairs with Q8_0 weights), which absorbs that, and so does the engine: it reads columns from
-h rounded the same way (q8_0_round_trip), in fixed-order sums (worker/head.py). (With output
-weights of a K-quant type ggml would round h by blocks of 256 instead; the Q8_0 rounding here
-still absorbs the last bits, it just matches llama.cpp's logits less closely. Both profiles' output
-matrices are Q8_0.)
+h rounded the same way (q8_0_round_trip), in fixed-order sums (worker/head.py). With output
+weights of a K-quant type (a Q4_K_M file's Q6_K) ggml rounds h to Q8_K instead, by blocks of 256
+with a float32 scale; the engine still rounds to Q8_0, whose float16 scale absorbs the last bits
+of a block's largest value where Q8_K's passes them on into every value of the block (mirroring
+Q8_K moved a Llama 3.2 1B-shaped file's margin by 2e-8 among batch mates). It matches llama.cpp's
+logits less closely then (by ~1 % of the largest logit on the zoo's files); the canary checks the
+readout with llama.cpp's own rounding instead (OutputMatrix.as_llama_rounds).
 """
 from __future__ import annotations
 
@@ -32,7 +36,20 @@ from gguf.quants import dequantize
 from shared.llama import ggml, gguf_header, llama
 
 HIDDEN_NODE = b"result_norm"  # the name every llama.cpp model graph gives the normed final state
-Q8_0_BLOCK = 32
+Q8_0_BLOCK, Q8_K_BLOCK = 32, 256
+K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # types ggml multiplies with Q8_K activations
+# Architectures whose graph scales the output matmul by {arch}.logit_scale (src/models/*.cpp)
+DIVIDED_BY_LOGIT_SCALE = ("minicpm", "granite", "granitemoe")
+MULTIPLIED_BY_LOGIT_SCALE = ("command-r", "cohere2")
+GGUF_TYPE_FLOAT32 = 6  # ggml's enum gguf_type
+
+
+def _f32(ctx: int, key: str) -> float | None:
+    """A float32 value of the header, None when the key is missing or of another type."""
+    lib = ggml()
+    at = lib.gguf_find_key(ctx, key.encode())
+    return float(lib.gguf_get_val_f32(ctx, at)) if at >= 0 and lib.gguf_get_kv_type(ctx, at) == GGUF_TYPE_FLOAT32 \
+        else None
 
 
 def q8_0_round_trip(h: np.ndarray) -> np.ndarray:
@@ -44,6 +61,19 @@ def q8_0_round_trip(h: np.ndarray) -> np.ndarray:
     scaled = blocks * inverse
     q = np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))
     return (q.astype(np.float64) * scale.astype(np.float16).astype(np.float64)).reshape(h.shape)
+
+
+def q8_k_round_trip(h: np.ndarray) -> np.ndarray:
+    """h as ggml's quantize_row_q8_K_ref leaves it (the activations of a K-quant matmul): per block
+    of 256 values, iscale = -127 / (the value of largest magnitude), each value x rounded half to
+    even as iscale·x in float32, capped at 127, times 1/iscale; float64 out."""
+    blocks = h.astype(np.float32).reshape(-1, Q8_K_BLOCK)
+    peak = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(axis=1)]
+    with np.errstate(divide="ignore"):
+        iscale = np.where(peak != 0, np.float32(-127) / peak, np.float32(0)).astype(np.float32)
+        d = np.where(iscale != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
+    q = np.minimum(np.rint(blocks * iscale[:, None]), 127)
+    return (q.astype(np.float64) * d.astype(np.float64)[:, None]).reshape(h.shape)
 
 
 class OutputMatrix:
@@ -58,9 +88,10 @@ class OutputMatrix:
             if ctx is None:
                 raise RuntimeError(f"ggml could not read {path}")
             arch = lib.gguf_get_val_str(ctx, lib.gguf_find_key(ctx, b"general.architecture")).decode()
-            if lib.gguf_find_key(ctx, f"{arch}.final_logit_softcapping".encode()) >= 0:
-                raise ValueError(f"{path.name}: its logits are soft-capped, which a linear readout of the "
-                                 "hidden state does not reproduce")
+            self.softcap = _f32(ctx, f"{arch}.final_logit_softcapping") or 0.0
+            scale = _f32(ctx, f"{arch}.logit_scale") or (256 / n_embd if arch == "minicpm" else 1.0)
+            self.logit_factor = 1 / scale if arch in DIVIDED_BY_LOGIT_SCALE else \
+                scale if arch in MULTIPLIED_BY_LOGIT_SCALE else 1.0
             tensor = lib.gguf_find_tensor(ctx, b"output.weight")
             if tensor < 0:
                 tensor = lib.gguf_find_tensor(ctx, b"token_embd.weight")
@@ -72,6 +103,23 @@ class OutputMatrix:
         self.n_vocab, self.n_embd = n_vocab, n_embd
         self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(n_vocab, size // n_vocab))
         self._rows: dict[int, np.ndarray] = {0: self.rows([0])[0]}  # gguf dequantizes this type, or fail now
+
+    def as_llama_rounds(self, h: np.ndarray) -> np.ndarray:
+        """h rounded as llama.cpp rounds it for its matmul with this matrix (Q8_K for a K-quant,
+        else Q8_0): what the canary compares with llama.cpp's row, not what answers are read with."""
+        return q8_k_round_trip(h) if self.type_name in K_QUANTS else q8_0_round_trip(h)
+
+    def finish(self, logits):
+        """What llama.cpp's graph does to the output matmul's logits before it hands them out, as
+        this file's architecture says: a logit scale (MiniCPM, Granite divide by it, Command-R
+        multiplies), then the final soft cap cap·tanh(x/cap) (Gemma 2; Gemma 3 when the file
+        sets it). Element-wise, so a column stays a function of h alone; float64 here, float32
+        in ggml (the canary's tolerance covers the difference)."""
+        if self.logit_factor != 1.0:
+            logits = logits * self.logit_factor
+        if self.softcap:
+            logits = self.softcap * np.tanh(logits / self.softcap)
+        return logits
 
     @property
     def type_name(self) -> str:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.config import Settings
+from shared.config import Settings, replace
 from shared.gguf_file import ModelFileError
 from shared.llama import MAX_STATE_CACHE, N_WORK, ggml, gguf_header
 
@@ -134,6 +135,19 @@ def available_bytes() -> int:
         if limit.isdigit() and usage.isdigit():
             free = min(free, max(0, int(limit) - int(usage)))
     return free
+
+
+def within_trained_context(settings: Settings, model: Path) -> Settings:
+    """`settings` with ctx (the longest prompt) lowered to the file's trained context when it is
+    above it, said on stderr: no position is ever past what the model was trained on (llama.cpp
+    only warns). Applied where settings meet a model file (jevfleet serve, in-process runs), before
+    memory is planned and a gateway or worker reads ctx, so both refuse the same prompts."""
+    trained = model_shape(model).n_ctx_train
+    if not trained or settings.ctx <= trained:
+        return settings
+    print(f"jevfleet: ctx {settings.ctx} is above {model.name}'s trained context; prompts are limited to its "
+          f"{trained} tokens", file=sys.stderr, flush=True)
+    return replace(settings, ctx=trained)
 
 
 def plan_workers(settings: Settings, model: Path, available: int | None = None) -> int:

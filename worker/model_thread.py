@@ -33,9 +33,9 @@ class ModelThread(threading.Thread, Generic[Served]):
     def run(self) -> None:
         try:
             self._value = self._load()
-        except BaseException as exc:
-            self._error = exc
-            raise
+        except BaseException as exc:  # handed to wait_loaded: its caller says why, in one line for a refusal,
+            self._error = exc  # so the thread prints no traceback of its own (`jevfleet serve` must not)
+            return
         finally:
             self._loaded.set()
         self._serve(self._value)

@@ -63,7 +63,7 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
         engine.pin(preamble_tokens(engine.tokenize, profile))
     record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None
     report = run_canary(engine, profile, record)  # CanaryError: this engine must not answer (worker/canary.py)
-    log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own, "
+    log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own (of its largest logit), "
              "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
              f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
              if engine.deterministic else "fast mode: not bit-checked")
