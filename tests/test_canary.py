@@ -60,9 +60,10 @@ def test_an_answer_that_moves_among_batch_mates_is_refused(engine, monkeypatch):
 
 def test_more_layouts_are_measured_once_per_model_and_cpu_then_read_from_the_record(engine, tmp_path):
     profile, _ = default_model()
-    record = shape_record(tmp_path, "ab" * 32)
+    record = shape_record(tmp_path, "ab" * 32, "f32")
     assert record.parent == tmp_path / "shapes" and record.name.startswith("abababababababab-")
-    assert shape_record(tmp_path, "cd" * 32) != record  # another model file, another record
+    assert shape_record(tmp_path, "cd" * 32, "f32") != record  # another model file, another record
+    assert shape_record(tmp_path, "ab" * 32, "f16") != record  # another KV cache type, other kernels
     first = run_canary(engine, profile, record)
     assert first.layouts_measured == LAYOUTS and json.loads(record.read_text())["differed"] is False
     before = engine.decode_calls

@@ -98,11 +98,12 @@ def layout_mates(k: int) -> list[tuple[str, list[str]]]:
              [f"Is it {rng.choice(words)}?" for _ in range(rng.randint(1, 3))]) for _ in range(rng.randint(1, 3))]
 
 
-def shape_record(cache_dir: Path, model_sha256: str) -> Path:
-    """Where the layouts measured for this model file, this CPU and this llama.cpp build are kept:
-    the three things that pick the kernels a row goes through."""
+def shape_record(cache_dir: Path, model_sha256: str, kv_cache_type: str) -> Path:
+    """Where the layouts measured for this model file, this CPU, this llama.cpp build and this KV
+    cache type are kept: the things that pick the kernels a row goes through (the cache type picks
+    flash attention's dot product and value sums)."""
     lib = llama()
-    build = f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()}"
+    build = f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()} kv {kv_cache_type}"
     return cache_dir / "shapes" / f"{model_sha256[:16]}-{hashlib.sha256(build.encode()).hexdigest()[:16]}.json"
 
 

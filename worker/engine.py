@@ -35,6 +35,7 @@ from worker.status import status_of
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 WAVE_TOKENS = 512  # suffix tokens decoded per wave of sequences
+KV_TYPES = {"f32": 0, "f16": 1}  # the kv_cache_type setting -> ggml_type (GGML_TYPE_F32, GGML_TYPE_F16)
 
 
 class Engine:
@@ -51,6 +52,7 @@ class Engine:
         state_cache_second_miss: bool = True,
         state_cache_ram_mb: int = 0,
         head: Head | None = None,
+        kv_cache_type: str = "f32",
     ) -> None:
         """Sizes: the settings of the same names (from_settings); head: a learned readout, not yes−no."""
         if not 0 <= state_cache <= MAX_STATE_CACHE:  # checked before a model is loaded for nothing
@@ -77,6 +79,9 @@ class Engine:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        # f32: flash attention below 64 rows (every deterministic read) then keeps Q and its value sums
+        # in f32; with f16 cells it rounds Q to f16 and adds each cell's value into an f16 sum
+        cparams.type_k = cparams.type_v = KV_TYPES[kv_cache_type]
         cparams.kv_unified = True  # sequences share cells, so a prefix copy costs nothing
         cparams.swa_full = True  # Gemma 3's sliding-window layers must keep whole prefixes
         cparams.no_perf = True
@@ -102,7 +107,7 @@ class Engine:
                    deterministic=settings.mode == "deterministic", state_cache=settings.state_cache,
                    state_cache_tokens=settings.state_cache_tokens, head=head,
                    state_cache_second_miss=settings.state_cache_admission == "second-miss",
-                   state_cache_ram_mb=settings.state_cache_ram_mb)
+                   state_cache_ram_mb=settings.state_cache_ram_mb, kv_cache_type=settings.kv_cache_type)
 
     def close(self) -> None:
         """Free the context and the model (a process that exits need not call this)."""

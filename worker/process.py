@@ -55,7 +55,8 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
                                   head=load_head(Path(profile.head)) if profile.head else None)
     if pin_preamble:
         engine.pin(preamble_tokens(engine.tokenize, profile))
-    record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None
+    record = (shape_record(settings.cache_path, file_sha256(model_path), settings.kv_cache_type)
+              if engine.deterministic else None)
     report = run_canary(engine, profile, record)  # CanaryError: this engine must not answer (worker/canary.py)
     log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own, "
              "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
