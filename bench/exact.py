@@ -3,7 +3,7 @@
     make bench-exact [BENCH_ARGS="--every 4 --paths exact,served-det ..."]
 
 Items: the yes/no items of eval/plain.jsonl's test split, a fixed subset (every --every-th yes item
-and every --every-th no item, in file order; 4: 208 items). Each item is tokenized once, as the
+and every --every-th no item, in file order; 8: 104 items, 4: 208). Each item is tokenized once, as the
 gateway does (the profile's preamble + prefix with the state, then the suffix with the question),
 and every path below reads those very ids, so the margins differ only in arithmetic. The margin is
 the plain yes−no one (logsumexp over the profile's yes tokens − over its no tokens), without the
@@ -79,6 +79,8 @@ RAW_PATHS = {
 # name -> (mode, kv type, how: fresh | nopre | cells | ram)
 SERVED_PATHS = {f"served-{mode[:3]}-{kv}-{how}": (mode, kv, how) for kv in ("f16", "f32")
                 for mode in ("deterministic", "fast") for how in ("fresh", "nopre", "cells", "ram")}
+DEFAULT_PATHS = [*[p for p in RAW_PATHS if p != "raw-f32-pieces"],
+                 *[p for p, (mode, _, how) in SERVED_PATHS.items() if mode == "deterministic" or how in ("fresh", "cells")]]
 
 
 def served(profile: Profile, path, prompts: list[Prompt], mode: str, kv: str, how: str, threads: int,
@@ -111,8 +113,8 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.exact", description=__doc__.splitlines()[0])
-    parser.add_argument("--every", type=int, default=4, help="every N-th yes and no item of the test split")
-    parser.add_argument("--paths", default="", help="comma-separated paths (default: all); exact is always read")
+    parser.add_argument("--every", type=int, default=8, help="every N-th yes and no item of the test split")
+    parser.add_argument("--paths", default="", help="comma-separated paths (default: DEFAULT_PATHS); exact is always read")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     settings = default_settings()
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     from jevfleet.harness.engine import model_of
 
     path = model_of(settings)[1]
-    wanted = [p for p in args.paths.split(",") if p] or [*RAW_PATHS, *SERVED_PATHS]
+    wanted = [p for p in args.paths.split(",") if p] or DEFAULT_PATHS
     unknown = set(wanted) - set(RAW_PATHS) - set(SERVED_PATHS)
     if unknown:
         parser.error(f"unknown path(s) {', '.join(sorted(unknown))}; known: {', '.join([*RAW_PATHS, *SERVED_PATHS])}")

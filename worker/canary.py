@@ -34,6 +34,8 @@ import numpy as np
 from shared.llama import llama
 from shared.profiles import Profile
 from worker.engine import UBATCH, Engine
+from worker.exact import ExactReader
+from worker.head import logsumexp
 from worker.job import Job
 from worker.pieces import MIN_ROWS, ROW_STEP
 from worker.warmup import make_job
@@ -48,6 +50,11 @@ MATES = [("The meeting moved to Thursday.", ["Is the meeting on Monday?"]),
           ["Was the invoice paid?", "Was it paid in cash?", "Is the office in Lisbon?"]),
          ("Hi", ["Is this a greeting?"])]
 LAYOUTS = 12  # batch-mate layouts measured once per model file, CPU and build (shape_record)
+EXACT_PROMPTS = [PROBE, (MATES[0][0], MATES[0][1][0]), (MATES[1][0], MATES[1][1][0])]
+# A served yes−no margin may differ from llama.cpp's exact reading of its tokens by this share of the
+# exact margins' root mean square: bench-exact measured a median of 0.1 % of the margins' spread
+# with F32 K/V and 25 % with F16 K/V (docs/architecture.md).
+EXACT_TOLERANCE = 0.05
 
 
 class CanaryError(RuntimeError):
@@ -159,3 +166,34 @@ def run_canary(engine: Engine, profile: Profile, record: Path | None = None) -> 
         measured = _measure_once(engine, profile, alone, record) if record else 0
     return CanaryReport(output_type=engine.readout.matrix.type_name, max_logit_gap=gap, decode_calls=tuple(calls),
                         layouts_measured=measured, seconds=time.monotonic() - started)
+
+
+def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True) -> float:
+    """EXACT_PROMPTS answered by the engine (yes−no margins from h, whatever head it serves) and
+    read by llama.cpp's most exact reading of the same tokens (worker/exact.py): CanaryError
+    (when `refuse`: an engine with F16 K/V is this far off by choice) when a margin is further from
+    it than EXACT_TOLERANCE × the exact margins' root mean square, the margins' scale, which
+    differs from model to model. Returns the largest gap over that scale."""
+    jobs = [make_job(engine, profile, state, [question]) for state, question in EXACT_PROMPTS]
+    ids = sorted(set(jobs[0].yes_ids) | set(jobs[0].no_ids))
+    saved_capture, engine.readout.capture = engine.readout.capture, np.array(ids, dtype=np.int64)
+    try:
+        engine.run(jobs, warm=True)
+    finally:
+        engine.readout.capture = saved_capture
+    column = dict(zip(ids, range(len(ids))))
+    served = np.array([logsumexp([job.features[0][column[t]] for t in job.yes_ids])
+                       - logsumexp([job.features[0][column[t]] for t in job.no_ids]) for job in jobs])
+    reader = ExactReader(engine.model, threads=llama().llama_n_threads(engine.ctx_ptr), yes=jobs[0].yes_ids,
+                         no=jobs[0].no_ids)
+    try:
+        exact = np.array([reader.margin(job.prefix + job.suffixes[0]) for job in jobs])
+    finally:
+        reader.close()
+    scale = float(np.sqrt(np.mean(exact ** 2)))
+    gap = float(np.abs(served - exact).max())
+    if refuse and not gap <= EXACT_TOLERANCE * scale:
+        raise CanaryError(f"start-up canary: served margins differ from llama.cpp's exact reading of the same tokens "
+                          f"by up to {gap:.3g} nats, more than {EXACT_TOLERANCE:.0%} of the margins' scale {scale:.3g} "
+                          "(kv_cache_type, the model file or the llama.cpp build changed how a prompt is read)")
+    return gap / scale

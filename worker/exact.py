@@ -18,7 +18,7 @@ from worker.engine import KV_TYPES
 from worker.head import logsumexp
 from worker.pieces import piece_sizes
 
-MAX_TOKENS = 1024  # longest prompt one reader takes (the canary's and the bench's are ~300)
+MAX_TOKENS = 512  # longest prompt one reader takes (the canary's and the bench's are ~300 tokens)
 
 
 class ExactReader:
@@ -32,6 +32,7 @@ class ExactReader:
         cparams.n_ctx = 2 * MAX_TOKENS
         cparams.n_batch = cparams.n_ubatch = MAX_TOKENS
         cparams.n_seq_max = 2  # the prompt, and the throwaway rows of a read in pieces
+        cparams.n_outputs_max = 2  # llama.cpp wants one per sequence; one logits row is 1 MB with Gemma
         cparams.n_threads = cparams.n_threads_batch = threads
         cparams.type_k, cparams.type_v = KV_TYPES[type_k], KV_TYPES[type_v]
         cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED

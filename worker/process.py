@@ -31,7 +31,7 @@ from shared.derive import serving_profile
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, preamble_tokens
 from shared.serving import serving_facts
-from worker.canary import run_canary, shape_record
+from worker.canary import check_exact, run_canary, shape_record
 from worker.cores import derive_cores, parse_cores, pin
 from worker.engine import Engine
 from worker.head import load_head
@@ -62,6 +62,8 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
              "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
              f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
              if engine.deterministic else "fast mode: not bit-checked")
+    log.info("start-up canary: served margins within %.1f %% of the margins' scale of llama.cpp's exact reading",
+             100 * check_exact(engine, profile, refuse=settings.kv_cache_type == "f32"))
     if profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
         log.info("sanity check of the derived profile: %.2f of its pairs the right way round",
                  check_sanity(engine, profile))
