@@ -77,7 +77,7 @@ RAW_PATHS = {
     "raw-f32-pieces": ("f32", False, True, True),
 }
 # name -> (mode, kv type, how: fresh | nopre | cells | ram)
-SERVED_PATHS = {f"served-{mode[:3]}-{kv}-{how}": (mode, kv, how) for kv in ("f16", "f32")
+SERVED_PATHS = {f"served-{mode[:4].replace('dete', 'det')}-{kv}-{how}": (mode, kv, how) for kv in ("f16", "f32")
                 for mode in ("deterministic", "fast") for how in ("fresh", "nopre", "cells", "ram")}
 DEFAULT_PATHS = [*[p for p in RAW_PATHS if p != "raw-f32-pieces"],
                  *[p for p, (mode, _, how) in SERVED_PATHS.items() if mode == "deterministic" or how in ("fresh", "cells")]]
