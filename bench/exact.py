@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     labels = np.array([i.answer for i in items])
     load_before = os.getloadavg()
     started = time.monotonic()
-    print(f"# python -m bench.exact: {path.name}, profile {profile.name} (yes−no margin, no head), "
+    print(f"# python -m bench.exact: {path.name}, profile {profile.name} (yes−no margin, no head), llama.cpp from "
+          f"{os.environ.get('LLAMA_CPP_LIB_PATH') or 'the venv'}, "
           f"{len(items)} items ({labels.sum()} yes) of {EVAL_SET} test, every {args.every}th; "
           f"{args.threads} threads; load {' '.join(f'{x:.2f}' for x in load_before)}", flush=True)
     margins: dict[str, np.ndarray] = {}

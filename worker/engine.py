@@ -79,8 +79,9 @@ class Engine:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        # f32: flash attention below 64 rows (every deterministic read) then keeps Q and its value sums
-        # in f32; with f16 cells it rounds Q to f16 and adds each cell's value into an f16 sum
+        # f32 (llama.cpp built by deploy/llama_build.py): flash attention below 64 rows, every
+        # deterministic read, then keeps Q and its sums of values in f32; with f16 cells it rounds Q
+        # to f16 and adds each cell's value into an f16 sum (0.1 nats off, `make bench-exact`)
         cparams.type_k = cparams.type_v = KV_TYPES[kv_cache_type]
         cparams.kv_unified = True  # sequences share cells, so a prefix copy costs nothing
         cparams.swa_full = True  # Gemma 3's sliding-window layers must keep whole prefixes
