@@ -25,6 +25,7 @@ Per path: median and largest |Δ margin| against `exact`, Pearson and Spearman, 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -43,6 +44,7 @@ from shared.derive import serving_profile
 from shared.llama import llama, load_model
 from shared.llama import tokenize as tokenize_in
 from shared.profiles import Profile, answer_ids, encode_prefix, encode_suffix
+from worker import canary
 from worker.engine import UBATCH
 from worker.exact import ExactReader
 from worker.job import Job
@@ -89,6 +91,7 @@ def served(profile: Profile, path, prompts: list[Prompt], mode: str, kv: str, ho
     settings = with_settings(default_settings(), mode=mode, kv_cache_type=kv, threads=threads,
                              state_cache_admission="first-miss" if how == "cells" else "second-miss",
                              state_cache_ram_mb=0 if how in ("cells", "fresh", "nopre") else 2048)
+    canary.EXACT_TOLERANCE = math.inf  # measure what the start-up canary's check_exact would refuse too
     engine = build_engine(settings, profile, path, threads, pin_preamble=how != "nopre")
     yes, no = answer_ids(engine.tokenize, profile.yes), answer_ids(engine.tokenize, profile.no)
     out = []
