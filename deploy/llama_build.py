@@ -11,9 +11,10 @@ an F32 cache on a build without this change (worker/canary.py, check_exact).
 
     python -m deploy.llama_build    # into the environment of the Python that runs it
 
-The Makefile runs it when it sets up .venv, before the project's own dependencies (which then
-find llama-cpp-python installed at the pinned version). Standard library only: it runs before
-anything else is installed. CMAKE_ARGS, CFLAGS and CXXFLAGS (the Makefile's, without Intel AMX)
+The wheel is kept in build/llama-wheel/ (built once per version, ~10 min on 2 cores). The Makefile
+runs this when it sets up .venv, before the project's own dependencies (which then find
+llama-cpp-python installed at the pinned version), and `make image` takes the same wheel
+(deploy/image.py). Standard library only: it runs before anything else is installed. CMAKE_ARGS, CFLAGS and CXXFLAGS (the Makefile's, without Intel AMX)
 reach the build through the environment.
 """
 from __future__ import annotations
@@ -25,6 +26,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+WHEEL_DIR = ROOT / "build" / "llama-wheel"
 GRAPH = "vendor/llama.cpp/src/llama-graph.cpp"
 CAST = """        // this can happen when KV cache is not used (e.g. an embedding model with non-causal attn)
         if (k->type == GGML_TYPE_F32) {
@@ -40,7 +43,7 @@ NO_CAST = "        // jevfleet (deploy/llama_build.py): F32 K and V go to flash 
 
 def pinned_version() -> str:
     """The llama-cpp-python version pyproject.toml pins."""
-    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text(encoding="utf-8")
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     match = re.search(r'"llama-cpp-python==([^"\]]+)"', text)
     if not match:
         raise SystemExit("pyproject.toml pins no llama-cpp-python version")
@@ -57,21 +60,33 @@ def patch(source: Path) -> None:
     graph.write_text(text.replace(CAST, NO_CAST), encoding="utf-8")
 
 
-def main() -> int:
+def build_wheel(dest: Path = WHEEL_DIR, python: str = sys.executable) -> Path:
+    """The patched wheel of the pinned version in `dest`, built first when it is not there."""
     version = pinned_version()
+    found = sorted(dest.glob(f"llama_cpp_python-{version}-*.whl"))
+    if found:
+        return found[0]
+    dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+        subprocess.run([python, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
                         "--progress-bar", "off", "-d", str(work), f"llama-cpp-python=={version}"], check=True)
         (sdist,) = work.glob("llama_cpp_python-*.tar.gz")
         with tarfile.open(sdist) as tar:
             tar.extractall(work, filter="data")
         source = next(work.glob("llama_cpp_python-*/"))
         patch(source)
-        print(f"building llama-cpp-python {version} with F32 K/V kept for flash attention (a few minutes)",
+        print(f"building llama-cpp-python {version} with F32 K/V kept for flash attention (once, ~10 min)",
               flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--progress-bar", "off", "--no-cache-dir",
-                        "--force-reinstall", "--no-deps", str(source)], check=True)
+        subprocess.run([python, "-m", "pip", "wheel", "--progress-bar", "off", "--no-cache-dir", "--no-deps",
+                        "--wheel-dir", str(dest), str(source)], check=True)
+    return next(dest.glob(f"llama_cpp_python-{version}-*.whl"))
+
+
+def main() -> int:
+    wheel = build_wheel()
+    subprocess.run([sys.executable, "-m", "pip", "install", "--progress-bar", "off", "--force-reinstall", "--no-deps",
+                    str(wheel)], check=True)
     return 0
 
 
