@@ -82,7 +82,8 @@ RAW_PATHS = {
 SERVED_PATHS = {f"served-{mode[:4].replace('dete', 'det')}-{kv}-{how}": (mode, kv, how) for kv in ("f16", "f32")
                 for mode in ("deterministic", "fast") for how in ("fresh", "nopre", "cells", "ram")}
 DEFAULT_PATHS = [*[p for p in RAW_PATHS if p != "raw-f32-pieces"],
-                 *[p for p, (mode, _, how) in SERVED_PATHS.items() if mode == "deterministic" or how in ("fresh", "cells")]]
+                 *[p for p, (mode, _, how) in SERVED_PATHS.items()
+                   if mode == "deterministic" or how in ("fresh", "cells")]]
 
 
 def served(profile: Profile, path, prompts: list[Prompt], mode: str, kv: str, how: str, threads: int,
@@ -117,7 +118,8 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.exact", description=__doc__.splitlines()[0])
     parser.add_argument("--every", type=int, default=8, help="every N-th yes and no item of the test split")
-    parser.add_argument("--paths", default="", help="comma-separated paths (default: DEFAULT_PATHS); exact is always read")
+    parser.add_argument("--paths", default="",
+                        help="comma-separated paths (default: DEFAULT_PATHS); exact is always read")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     settings = default_settings()

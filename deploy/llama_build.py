@@ -14,8 +14,8 @@ an F32 cache on a build without this change (worker/canary.py, check_exact).
 The wheel is kept in build/llama-wheel/ (built once per version, ~10 min on 2 cores). The Makefile
 runs this when it sets up .venv, before the project's own dependencies (which then find
 llama-cpp-python installed at the pinned version), and `make image` takes the same wheel
-(deploy/image.py). Standard library only: it runs before anything else is installed. CMAKE_ARGS, CFLAGS and CXXFLAGS (the Makefile's, without Intel AMX)
-reach the build through the environment.
+(deploy/image.py). Standard library only: it runs before anything else is installed. CMAKE_ARGS,
+CFLAGS and CXXFLAGS (the Makefile's, without Intel AMX) reach the build through the environment.
 """
 from __future__ import annotations
 

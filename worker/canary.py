@@ -173,9 +173,9 @@ def run_canary(engine: Engine, profile: Profile, record: Path | None = None) -> 
 def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True) -> float:
     """EXACT_PROMPTS answered by the engine (yes−no margins from h, whatever head it serves) and
     read by llama.cpp's most exact reading of the same tokens (worker/exact.py): CanaryError
-    (when `refuse`: an engine with F16 K/V is this far off by choice) when the median distance is
-    more than EXACT_TOLERANCE × the exact margins' root mean square, the margins' scale, which
-    differs from model to model. Returns that median distance over the scale."""
+    (when `refuse`: F16 K/V, or fast mode's 64-row kernel, are this far off by choice) when
+    the median distance is more than EXACT_TOLERANCE × the exact margins' root mean square, the
+    margins' scale, which differs from model to model. Returns that median distance over the scale."""
     jobs = [make_job(engine, profile, state, [question]) for state, question in EXACT_PROMPTS]
     ids = sorted(set(jobs[0].yes_ids) | set(jobs[0].no_ids))
     saved_capture, engine.readout.capture = engine.readout.capture, np.array(ids, dtype=np.int64)

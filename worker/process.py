@@ -62,8 +62,9 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
              "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
              f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
              if engine.deterministic else "fast mode: not bit-checked")
+    exact = check_exact(engine, profile, refuse=engine.deterministic and settings.kv_cache_type == "f32")
     log.info("start-up canary: served margins within %.1f %% of the margins' scale of llama.cpp's exact reading",
-             100 * check_exact(engine, profile, refuse=settings.kv_cache_type == "f32"))
+             100 * exact)
     if profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
         log.info("sanity check of the derived profile: %.2f of its pairs the right way round",
                  check_sanity(engine, profile))
