@@ -26,13 +26,11 @@ LOADTEST_OUT ?= docs/benchmarks
 
 .PHONY: serve test setup clean loadtest bench-engine
 
-# $(STAMP): the package with what `make serve` needs; llama-cpp-python first, built with F32 K/V kept
-# for flash attention (deploy/llama_build.py says why). Each extra of pyproject.toml (test, loadtest,
+# $(STAMP): the package with what `make serve` needs. Each extra of pyproject.toml (test, loadtest,
 # bench, quality) has a stamp of its own, installed by the targets that use it.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m deploy.llama_build
 	$(PY) -m pip install --progress-bar off -e .
 	touch $(STAMP)
 

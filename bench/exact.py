@@ -9,12 +9,16 @@ and every path below reads those very ids, so the margins differ only in arithme
 the plain yes−no one (logsumexp over the profile's yes tokens − over its no tokens), without the
 profile's learned head, which is a fixed linear function of the same logits columns.
 
-The reference, `exact`: a plain llama.cpp context, the whole prompt in one llama_decode (n_batch =
+The reference, `exact`: a plain llama.cpp context (worker/exact.py), the whole prompt in one llama_decode (n_batch =
 n_ubatch = 1024), K and V cached as F32 (type_k = type_v = GGML_TYPE_F32), flash attention off
 (LLAMA_FLASH_ATTN_TYPE_DISABLED), the margin from llama.cpp's own logits row of the last token.
 The other `raw-*` paths change one thing of that reading at a time (the cache type, flash
-attention, the prompt cut into the deterministic mode's pieces of at most 60 rows, with the last
-piece filled up by throwaway rows in another sequence). The `served-*` paths are the engine as a
+attention (on; llama.cpp then casts F32 K and V to F16), the prompt cut into the deterministic
+mode's pieces of at most 60 rows, with the last
+piece filled up by throwaway rows in another sequence). `exact-cut7` and `exact-cut13` are the
+exact reading cut into pieces of 7 or 13 rows: F32, no flash attention, only other matmul kernels
+(which quantize the activations to 8 bits in other groupings): how far the model's own margin moves
+with the arithmetic alone, the floor no served path can be held below. The `served-*` paths are the engine as a
 worker builds it (worker.process.build_engine: preamble pinned, canary run), answering one item
 per batch as a lone client would have it answered: first seen (`fresh`), with no preamble pinned,
 a second time from its snapshot in cells (admission "first-miss", no host memory), or a second time
@@ -66,30 +70,30 @@ def held_out(every: int) -> list[Item]:
     return [i for answer in (True, False) for i in [x for x in items if x.answer is answer][::every]]
 
 
-# name -> (kv type, flash attention, pieces, padding rows)
+# name -> (kv type, flash attention, pieces (True: the deterministic mode's; a number: that many rows
+# each, whatever the shape rules say), padding rows)
 RAW_PATHS = {
     "exact": ("f32", False, False, False),
+    "exact-cut7": ("f32", False, 7, False),  # the exact reading's own spread: other matmul kernels
+    "exact-cut13": ("f32", False, 13, False),
     "raw-f16-fa": ("f16", True, False, False),  # llama.cpp's default reading on this CPU
     "raw-f16": ("f16", False, False, False),
-    "raw-f32-fa": ("f32", True, False, False),
     "raw-f16-fa-pieces-nopad": ("f16", True, True, False),
     "raw-f16-fa-pieces": ("f16", True, True, True),
-    "raw-f32-fa-pieces": ("f32", True, True, True),
-    "raw-f16k-f32v-fa-pieces": ("f16k-f32v", True, True, True),
     "raw-f32-pieces": ("f32", False, True, True),
 }
-# name -> (mode, kv type, how: fresh | nopre | cells | ram)
-SERVED_PATHS = {f"served-{mode[:4].replace('dete', 'det')}-{kv}-{how}": (mode, kv, how) for kv in ("f16", "f32")
+# name -> (mode, how: fresh | nopre | cells | ram)
+SERVED_PATHS = {f"served-{'det' if mode == 'deterministic' else 'fast'}-{how}": (mode, how)
                 for mode in ("deterministic", "fast") for how in ("fresh", "nopre", "cells", "ram")}
 DEFAULT_PATHS = [*[p for p in RAW_PATHS if p != "raw-f32-pieces"],
-                 *[p for p, (mode, _, how) in SERVED_PATHS.items()
+                 *[p for p, (mode, how) in SERVED_PATHS.items()
                    if mode == "deterministic" or how in ("fresh", "cells")]]
 
 
-def served(profile: Profile, path, prompts: list[Prompt], mode: str, kv: str, how: str, threads: int,
+def served(profile: Profile, path, prompts: list[Prompt], mode: str, how: str, threads: int,
            progress: Callable[[], None]) -> list[float]:
     """Margins from the engine as a worker builds it, one item per batch."""
-    settings = with_settings(default_settings(), mode=mode, kv_cache_type=kv, threads=threads,
+    settings = with_settings(default_settings(), mode=mode, threads=threads,
                              state_cache_admission="first-miss" if how == "cells" else "second-miss",
                              state_cache_ram_mb=0 if how in ("cells", "fresh", "nopre") else 2048)
     canary.EXACT_TOLERANCE = math.inf  # measure what the start-up canary's check_exact would refuse too
@@ -154,13 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         if name in RAW_PATHS:
             kv, flash, pieces, pad = RAW_PATHS[name]
-            type_k, type_v = ("f16", "f32") if kv == "f16k-f32v" else (kv, kv)
-            reader = ExactReader(model, threads=args.threads, yes=yes, no=no, type_k=type_k, type_v=type_v,
-                                 flash=flash)
+            reader = ExactReader(model, threads=args.threads, yes=yes, no=no, type_k=kv, type_v=kv, flash=flash)
             try:
                 got = []
                 for p in prompts:
-                    got.append(reader.margin(p.prefix + p.suffix, pieces=UBATCH if pieces else 0, pad=pad))
+                    got.append(reader.margin(p.prefix + p.suffix, pieces=UBATCH if pieces is True else 0, pad=pad,
+                                              cut=0 if pieces is True else int(pieces)))
                     bar.update()
             finally:
                 reader.close()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.config import env_var, load_settings
+from shared.config import env_var
 
 
 # (repack, tiled, shapes[, "--shift"]): the deterministic mode's rule (multiples of 4, 8..60), the
@@ -46,26 +46,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shift", action="store_true", help="same layout each trial, the cells moved instead")
     parser.add_argument("--model", default="", help="a GGUF file (default: the configured profile's)")
-    parser.add_argument("--kv", default="", help="KV cache type, f32 or f16 (default: the kv_cache_type setting's)")
     args = parser.parse_args(argv)
     if args.model:  # through the environment, so the configuration's children measure the same file
         os.environ[env_var("model")] = str(Path(args.model).resolve())
-    kv = args.kv or load_settings().kv_cache_type
     if not args.one:
         from bench.engine import model
 
-        print(f"# python -m bench.invariance, {model()[1].name}, KV cache {kv} (load {os.getloadavg()[0]:.1f})",
-              flush=True)
+        print(f"# python -m bench.invariance, {model()[1].name} (load {os.getloadavg()[0]:.1f})", flush=True)
         for repack, tiled, shapes, *shift in CONFIGS:
             subprocess.run([sys.executable, "-m", "bench.invariance", "--one", "--repack", str(repack), "--tiled",
                             str(tiled), "--shapes", shapes, "--trials", str(args.trials), "--threads",
-                            str(args.threads), "--kv", kv, *shift], check=True)
+                            str(args.threads), *shift], check=True)
         return 0
     os.environ["GGML_CPU_TILED_MM"] = str(args.tiled)
     import llama_cpp as lib
 
     from bench.engine import model  # after GGML_CPU_TILED_MM is set
-    from worker.engine import KV_TYPES
 
     shapes = [int(s) for s in args.shapes.split(",")]
     lib.llama_backend_init()
@@ -80,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     cparams.n_seq_max = 8
     cparams.n_threads = cparams.n_threads_batch = args.threads
     cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    cparams.type_k = cparams.type_v = KV_TYPES[kv]
     cparams.kv_unified = True
     cparams.swa_full = True
     ctx = lib.llama_init_from_model(mdl, cparams)
@@ -153,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += [(5, p, 1, False) for p in range(size - len(rows))]
             decode(rows)
         times.append((time.perf_counter() - t) * 1000)
-    print(f"kv={kv} repack={args.repack} tiled={args.tiled} shapes={args.shapes}{' shifted' if args.shift else ''}: "
+    print(f"repack={args.repack} tiled={args.tiled} shapes={args.shapes}{' shifted' if args.shift else ''}: "
           f"{differed}/{args.trials - 1} layouts differ (largest logit gap {worst:.3g}); "
           f"384-token read in {size}-row pieces {min(times):.0f} ms (load {os.getloadavg()[0]:.1f})")
     return 0

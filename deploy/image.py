@@ -7,8 +7,8 @@ Three steps, each skipped when its inputs have not changed:
    registry is reachable). The default, localhost/jevfleet-base:bookworm, is made here when missing:
    a Debian 12 root file system from mmdebstrap (BASE_PACKAGES), imported.
 2. The wheelhouse, build/image/wheels: every package the project needs, as wheels, taken by this
-   checkout's own pip from its cache and llama-cpp-python's from build/llama-wheel, the one built
-   for .venv with F32 K/V kept for flash attention (deploy/llama_build.py), never compiled again (it is py3-none-linux_x86_64: ctypes, not tied to one Python). Redone when
+   checkout's own pip from its cache, so llama-cpp-python's wheel built for .venv is reused and never
+   compiled again (it is py3-none-linux_x86_64: ctypes, not tied to one Python). Redone when
    pyproject.toml changes. The wheels must suit the image's Python: this checks that the host's
    Python has the same major.minor version as the image's.
 3. podman build, with a digest of the wheels and of the model-baking code as a build argument, so
@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from deploy.llama_build import build_wheel
 from shared.config import PROJECT_ROOT
 
 IMAGE = "localhost/jevfleet:local"
@@ -120,7 +119,7 @@ def _digest(paths: list[Path]) -> str:
 def build_wheels(python: str = sys.executable) -> Path:
     """build/image/wheels from pip's cache; kept while pyproject.toml is unchanged (a stamp)."""
     stamp = BUILD_DIR / "wheels.stamp"
-    key = _digest([PROJECT_ROOT / "pyproject.toml", PROJECT_ROOT / "deploy" / "llama_build.py"])
+    key = _digest([PROJECT_ROOT / "pyproject.toml"])
     if stamp.is_file() and stamp.read_text() == key and any(WHEELS.glob("*.whl")):
         return WHEELS
     version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -130,10 +129,8 @@ def build_wheels(python: str = sys.executable) -> Path:
                          f"{IMAGE_PYTHON}, whose compiled packages differ: run with a {IMAGE_PYTHON} Python")
     shutil.rmtree(WHEELS, ignore_errors=True)
     WHEELS.mkdir(parents=True)
-    llama = build_wheel(python=python)  # llama-cpp-python as .venv has it (deploy/llama_build.py)
-    proc = subprocess.run([python, "-m", "pip", "wheel", "--quiet", "--progress-bar", "off", "--find-links",
-                           str(llama.parent), "--wheel-dir", str(WHEELS), str(PROJECT_ROOT)],
-                          capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run([python, "-m", "pip", "wheel", "--quiet", "--progress-bar", "off", "--wheel-dir",
+                           str(WHEELS), str(PROJECT_ROOT)], capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise ImageError(f"pip wheel failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     for own in WHEELS.glob("jevfleet-*.whl"):  # the code goes into the image as files, not as a wheel

@@ -94,10 +94,6 @@ class Settings(BaseSettings):
     mode: Literal["deterministic", "fast"] = Field(
         "deterministic", description="deterministic (the same P(yes) on every path) or fast (last bits may "
                                      "depend on the batch's shape)")
-    kv_cache_type: Literal["f32", "f16"] = Field(
-        "f32", description="KV cache keys and values: f32 (with llama.cpp built by deploy/llama_build.py) reads a "
-                           "prompt as llama.cpp's most exact reading does; f16 halves the cells' memory, but margins "
-                           "then move by about 0.1 nats")
     state_cache: int = Field(16, ge=0, le=MAX_STATE_CACHE, description="state snapshots (KV-cache prefixes) "
                                                                        "kept per worker; 0 = off")
     state_cache_tokens: int = Field(8192, ge=0, description="tokens all state snapshots of a worker may hold "

@@ -62,10 +62,9 @@ def test_an_answer_that_moves_among_batch_mates_is_refused(engine, monkeypatch):
 
 def test_more_layouts_are_measured_once_per_model_and_cpu_then_read_from_the_record(engine, tmp_path):
     profile, _ = default_model()
-    record = shape_record(tmp_path, "ab" * 32, "f32")
+    record = shape_record(tmp_path, "ab" * 32)
     assert record.parent == tmp_path / "shapes" and record.name.startswith("abababababababab-")
-    assert shape_record(tmp_path, "cd" * 32, "f32") != record  # another model file, another record
-    assert shape_record(tmp_path, "ab" * 32, "f16") != record  # another KV cache type, other kernels
+    assert shape_record(tmp_path, "cd" * 32) != record  # another model file, another record
     first = run_canary(engine, profile, record)
     assert first.layouts_measured == LAYOUTS and json.loads(record.read_text())["differed"] is False
     before = engine.decode_calls
@@ -88,7 +87,7 @@ def test_the_layouts_put_the_probe_among_other_mates_each_time():
 
 
 def test_the_served_margins_are_llama_cpps_exact_reading_within_the_tolerance(engine):
-    """With F32 K/V kept for flash attention (deploy/llama_build.py), a few hundredths of the scale."""
+    """Within the spread of the exact reading itself (worker/canary.py's EXACT_TOLERANCE)."""
     profile, _ = default_model()
     held = engine.status.snapshot_keys
     assert check_exact(engine, profile) <= EXACT_TOLERANCE
@@ -97,10 +96,10 @@ def test_the_served_margins_are_llama_cpps_exact_reading_within_the_tolerance(en
 
 def test_margins_that_drift_from_the_exact_reading_are_refused(engine, monkeypatch):
     """A stand-in for a build or model file that reads prompts differently: the exact reading
-    moved by a fifth of a nat."""
+    moved by one nat."""
     profile, _ = default_model()
     margin = ExactReader.margin
-    monkeypatch.setattr(ExactReader, "margin", lambda self, tokens, **kw: margin(self, tokens, **kw) + 0.2)
+    monkeypatch.setattr(ExactReader, "margin", lambda self, tokens, **kw: margin(self, tokens, **kw) + 1.0)
     with pytest.raises(CanaryError, match="exact reading"):
         check_exact(engine, profile)
     assert check_exact(engine, profile, refuse=False) > EXACT_TOLERANCE

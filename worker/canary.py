@@ -52,11 +52,11 @@ MATES = [("The meeting moved to Thursday.", ["Is the meeting on Monday?"]),
 LAYOUTS = 12  # batch-mate layouts measured once per model file, CPU and build (shape_record)
 EXACT_PROMPTS = [PROBE, (MATES[0][0], MATES[0][1][0]), (MATES[1][0], MATES[1][1][0])]
 # The median of the served yes−no margins' distances from llama.cpp's exact reading of their tokens may
-# be this share of the exact margins' root mean square (their scale). On this build and CPU, Gemma
-# 3 270M: 0.9 % with F32 K/V, 14 % with F16 (or F32 on a build that casts it to F16 for flash
-# attention). The median, not the largest: one of the three prompts is 0.066 nats (9.7 %) from
-# the exact reading even with F32 K/V, as far as two F32 attention kernels differ on it.
-EXACT_TOLERANCE = 0.05
+# be this share of the exact margins' root mean square (their scale). Not a few hundredths: the exact
+# reading itself moves by 12 % (7-row pieces) and 22 % (13-row pieces) of the scale on these prompts
+# when only its micro-batch cut changes (`make bench-exact`, docs/architecture.md); the served path
+# is at 14 %. This catches a model file, a readout or a build that reads prompts otherwise.
+EXACT_TOLERANCE = 0.4
 
 
 class CanaryError(RuntimeError):
@@ -107,12 +107,11 @@ def layout_mates(k: int) -> list[tuple[str, list[str]]]:
              [f"Is it {rng.choice(words)}?" for _ in range(rng.randint(1, 3))]) for _ in range(rng.randint(1, 3))]
 
 
-def shape_record(cache_dir: Path, model_sha256: str, kv_cache_type: str) -> Path:
-    """Where the layouts measured for this model file, this CPU, this llama.cpp build and this KV
-    cache type are kept: the things that pick the kernels a row goes through (the cache type picks
-    flash attention's dot product and value sums)."""
+def shape_record(cache_dir: Path, model_sha256: str) -> Path:
+    """Where the layouts measured for this model file, this CPU and this llama.cpp build are kept:
+    the three things that pick the kernels a row goes through."""
     lib = llama()
-    build = f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()} kv {kv_cache_type}"
+    build = f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()}"
     return cache_dir / "shapes" / f"{model_sha256[:16]}-{hashlib.sha256(build.encode()).hexdigest()[:16]}.json"
 
 
@@ -173,9 +172,9 @@ def run_canary(engine: Engine, profile: Profile, record: Path | None = None) -> 
 def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True) -> float:
     """EXACT_PROMPTS answered by the engine (yes−no margins from h, whatever head it serves) and
     read by llama.cpp's most exact reading of the same tokens (worker/exact.py): CanaryError
-    (when `refuse`: F16 K/V, or fast mode's 64-row kernel, are this far off by choice) when
-    the median distance is more than EXACT_TOLERANCE × the exact margins' root mean square, the
-    margins' scale, which differs from model to model. Returns that median distance over the scale."""
+    (when `refuse`) when the median distance is more than EXACT_TOLERANCE × the exact margins'
+    root mean square, the margins' scale, which differs from model to model. Returns that median
+    distance over the scale."""
     jobs = [make_job(engine, profile, state, [question]) for state, question in EXACT_PROMPTS]
     ids = sorted(set(jobs[0].yes_ids) | set(jobs[0].no_ids))
     saved_capture, engine.readout.capture = engine.readout.capture, np.array(ids, dtype=np.int64)
@@ -197,6 +196,5 @@ def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True) -> flo
     if refuse and not gap <= EXACT_TOLERANCE * scale:
         raise CanaryError(f"start-up canary: served margins differ from llama.cpp's exact reading of the same tokens "
                           f"by {gap:.3g} nats (median), more than {EXACT_TOLERANCE:.0%} of the margins' scale "
-                          f"{scale:.3g}; is llama-cpp-python built by deploy/llama_build.py (F32 K/V kept for flash "
-                          "attention)? Otherwise the model file or the build changed how a prompt is read")
+                          f"{scale:.3g}: the model file, the readout or the llama.cpp build reads prompts otherwise")
     return gap / scale

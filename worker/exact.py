@@ -47,15 +47,18 @@ class ExactReader:
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
         self.yes, self.no = yes, no
 
-    def margin(self, tokens: list[int], *, pieces: int = 0, pad: bool = True) -> float:
+    def margin(self, tokens: list[int], *, pieces: int = 0, pad: bool = True, cut: int = 0) -> float:
         """The margin after `tokens`: read in one pass, or (pieces: the micro-batch cap) in the
         deterministic mode's pieces, the last one filled up with throwaway rows of sequence 1
-        (pad) or left short."""
+        (pad) or left short, or (cut) in pieces of `cut` rows whatever the shape rules say."""
         if not 0 < len(tokens) <= MAX_TOKENS:
             raise ValueError(f"the exact reading takes 1 to {MAX_TOKENS} tokens, not {len(tokens)}")
         lib = llama()
         lib.llama_memory_clear(self.mem, True)
-        sizes = piece_sizes(len(tokens), pieces) if pieces else [len(tokens)]
+        if cut:
+            sizes = [min(cut, len(tokens) - at) for at in range(0, len(tokens), cut)]
+        else:
+            sizes = piece_sizes(len(tokens), pieces) if pieces else [len(tokens)]
         if not pad:
             sizes[-1] -= sum(sizes) - len(tokens)
         rows = [(tok, pos, 0) for pos, tok in enumerate(tokens)]

@@ -55,14 +55,13 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
                                   head=load_head(Path(profile.head)) if profile.head else None)
     if pin_preamble:
         engine.pin(preamble_tokens(engine.tokenize, profile))
-    record = (shape_record(settings.cache_path, file_sha256(model_path), settings.kv_cache_type)
-              if engine.deterministic else None)
+    record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None
     report = run_canary(engine, profile, record)  # CanaryError: this engine must not answer (worker/canary.py)
     log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own, "
              "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
              f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
              if engine.deterministic else "fast mode: not bit-checked")
-    exact = check_exact(engine, profile, refuse=engine.deterministic and settings.kv_cache_type == "f32")
+    exact = check_exact(engine, profile)
     log.info("start-up canary: served margins within %.1f %% of the margins' scale of llama.cpp's exact reading",
              100 * exact)
     if profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
