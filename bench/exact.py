@@ -10,7 +10,7 @@ the plain yes−no one (logsumexp over the profile's yes tokens − over its no 
 profile's learned head, which is a fixed linear function of the same logits columns.
 
 The reference, `exact`: a plain llama.cpp context (worker/exact.py), the whole prompt in one llama_decode (n_batch =
-n_ubatch = 1024), K and V cached as F32 (type_k = type_v = GGML_TYPE_F32), flash attention off
+n_ubatch = 512), K and V cached as F32 (type_k = type_v = GGML_TYPE_F32), flash attention off
 (LLAMA_FLASH_ATTN_TYPE_DISABLED), the margin from llama.cpp's own logits row of the last token.
 The other `raw-*` paths change one thing of that reading at a time (the cache type, flash
 attention (on; llama.cpp then casts F32 K and V to F16), the prompt cut into the deterministic
