@@ -189,6 +189,12 @@ fuzz: $(VENV)/.installed-test
 .PHONY: soak
 soak: $(VENV)/.installed-bench
 	$(PY) -m bench.soak $(SOAK_ARGS)
+# Served margins against llama.cpp's most exact reading of the same tokens (one pass, F32 K/V, no flash
+# attention), path by path: cache type, flash attention, pieces, padding, preamble, snapshots in cells and host memory.
+.PHONY: bench-exact
+bench-exact: $(VENV)/.installed-bench
+	$(PY) -m bench.exact $(BENCH_ARGS)
+
 .PHONY: bench-readout
 # Which way of reading the answer ranks best (token sets, hidden state vs llama.cpp logits row), per split and tag.
 bench-readout: $(VENV)/.installed-bench

@@ -1,6 +1,6 @@
 """worker/canary.py on the real default model: the canary passes on a sound engine, leaves no
-snapshot behind, and refuses a readout that does not match llama.cpp's logits and a batch that
-moves a deterministic answer."""
+snapshot behind, and refuses a readout that does not match llama.cpp's logits, a batch that
+moves a deterministic answer, and margins that drift from llama.cpp's exact reading."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from jevfleet.harness.engine import default_model, new_engine
-from worker.canary import LAYOUTS, TOLERANCE, CanaryError, layout_mates, run_canary, shape_record
+from worker.canary import (EXACT_TOLERANCE, LAYOUTS, TOLERANCE, CanaryError, check_exact, layout_mates, run_canary,
+                           shape_record)
 from worker.engine import Engine
+from worker.exact import ExactReader
 
 pytestmark = pytest.mark.model
 
@@ -82,3 +84,22 @@ def test_the_layouts_put_the_probe_among_other_mates_each_time():
     layouts = [layout_mates(k) for k in range(LAYOUTS)]
     assert len({repr(mates) for mates in layouts}) == LAYOUTS
     assert {len(mates) for mates in layouts} == {1, 2, 3}
+
+
+def test_the_served_margins_are_llama_cpps_exact_reading_within_the_tolerance(engine):
+    """Within the spread of the exact reading itself (worker/canary.py's EXACT_TOLERANCE)."""
+    profile, _ = default_model()
+    held = engine.status.snapshot_keys
+    assert check_exact(engine, profile) <= EXACT_TOLERANCE
+    assert engine.status.snapshot_keys == held and engine.readout.capture is None
+
+
+def test_margins_that_drift_from_the_exact_reading_are_refused(engine, monkeypatch):
+    """A stand-in for a build or model file that reads prompts differently: the exact reading
+    moved by one nat."""
+    profile, _ = default_model()
+    margin = ExactReader.margin
+    monkeypatch.setattr(ExactReader, "margin", lambda self, tokens, **kw: margin(self, tokens, **kw) + 1.0)
+    with pytest.raises(CanaryError, match="exact reading"):
+        check_exact(engine, profile)
+    assert check_exact(engine, profile, refuse=False) > EXACT_TOLERANCE

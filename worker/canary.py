@@ -37,6 +37,8 @@ import numpy as np
 from shared.llama import llama
 from shared.profiles import Profile
 from worker.engine import UBATCH, Engine
+from worker.exact import ExactReader
+from worker.head import logsumexp
 from worker.job import Job
 from worker.pieces import MIN_ROWS, ROW_STEP
 from worker.warmup import make_job
@@ -55,6 +57,13 @@ MATES = [("The meeting moved to Thursday.", ["Is the meeting on Monday?"]),
           ["Was the invoice paid?", "Was it paid in cash?", "Is the office in Lisbon?"]),
          ("Hi", ["Is this a greeting?"])]
 LAYOUTS = 12  # batch-mate layouts measured once per model file, CPU and build (shape_record)
+EXACT_PROMPTS = [PROBE, (MATES[0][0], MATES[0][1][0]), (MATES[1][0], MATES[1][1][0])]
+# The median of the served yes−no margins' distances from llama.cpp's exact reading of their tokens may
+# be this share of the exact margins' root mean square (their scale). Not a few hundredths: the exact
+# reading itself moves by 12 % (7-row pieces) and 22 % (13-row pieces) of the scale on these prompts
+# when only its micro-batch cut changes (`make bench-exact`, docs/architecture.md); the served path
+# is at 14 %. This catches a model file, a readout or a build that reads prompts otherwise.
+EXACT_TOLERANCE = 0.4
 
 
 class CanaryError(RuntimeError):
@@ -180,3 +189,34 @@ def run_canary(engine: Engine, profile: Profile, record: Path | None = None) -> 
         measured = _measure_once(engine, profile, alone, record) if record else 0
     return CanaryReport(output_type=engine.readout.matrix.type_name, max_logit_gap=gap, decode_calls=tuple(calls),
                         layouts_measured=measured, seconds=time.monotonic() - started)
+
+
+def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True) -> float:
+    """EXACT_PROMPTS answered by the engine (yes−no margins from h, whatever head it serves) and
+    read by llama.cpp's most exact reading of the same tokens (worker/exact.py): CanaryError
+    (when `refuse`) when the median distance is more than EXACT_TOLERANCE × the exact margins'
+    root mean square, the margins' scale, which differs from model to model. Returns that median
+    distance over the scale."""
+    jobs = [make_job(engine, profile, state, [question]) for state, question in EXACT_PROMPTS]
+    ids = sorted(set(jobs[0].yes_ids) | set(jobs[0].no_ids))
+    saved_capture, engine.readout.capture = engine.readout.capture, np.array(ids, dtype=np.int64)
+    try:
+        engine.run(jobs, warm=True)
+    finally:
+        engine.readout.capture = saved_capture
+    column = dict(zip(ids, range(len(ids))))
+    served = np.array([logsumexp([job.features[0][column[t]] for t in job.yes_ids])
+                       - logsumexp([job.features[0][column[t]] for t in job.no_ids]) for job in jobs])
+    reader = ExactReader(engine.model, threads=llama().llama_n_threads(engine.ctx_ptr), yes=jobs[0].yes_ids,
+                         no=jobs[0].no_ids)
+    try:
+        exact = np.array([reader.margin(job.prefix + job.suffixes[0]) for job in jobs])
+    finally:
+        reader.close()
+    scale = float(np.sqrt(np.mean(exact ** 2)))
+    gap = float(np.median(np.abs(served - exact)))
+    if refuse and not gap <= EXACT_TOLERANCE * scale:
+        raise CanaryError(f"start-up canary: served margins differ from llama.cpp's exact reading of the same tokens "
+                          f"by {gap:.3g} nats (median), more than {EXACT_TOLERANCE:.0%} of the margins' scale "
+                          f"{scale:.3g}: the model file, the readout or the llama.cpp build reads prompts otherwise")
+    return gap / scale

@@ -35,6 +35,7 @@ from worker.snapshots import SnapshotCache
 from worker.status import status_of
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
+KV_TYPES = {"f32": 0, "f16": 1}  # the kv_cache_type setting -> ggml_type (GGML_TYPE_F32, GGML_TYPE_F16)
 
 
 class Engine:
@@ -52,10 +53,13 @@ class Engine:
         state_cache_second_miss: bool = True,
         state_cache_ram_mb: int = 0,
         head: Head | None = None,
+        kv_cache_type: str = "f16",
     ) -> None:
         """Sizes: the settings of the same names (from_settings); the snapshots' cells are
         state_cache_tokens, or state_cache_mb's worth of this model's tokens when that is None;
-        head: a learned readout, not yes−no."""
+        head: a learned readout, not yes−no; kv_cache_type: "f32" only for bench-exact (no
+        setting: it changes no margin beyond the model's own spread, docs/architecture.md, and a
+        stock llama.cpp casts it to F16 anyway)."""
         if not 0 <= state_cache <= MAX_STATE_CACHE:  # checked before a model is loaded for nothing
             raise ValueError(f"state_cache must be 0..{MAX_STATE_CACHE}, not {state_cache}")
         lib = llama()
@@ -80,6 +84,7 @@ class Engine:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cparams.type_k = cparams.type_v = KV_TYPES[kv_cache_type]
         cparams.kv_unified = True  # sequences share cells, so a prefix copy costs nothing
         cparams.swa_full = True  # Gemma 3's sliding-window layers must keep whole prefixes
         cparams.no_perf = True

@@ -34,7 +34,7 @@ from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, preamble_tokens
 from shared.refusal import reason, refuse
 from shared.serving import serving_facts
-from worker.canary import run_canary, shape_record
+from worker.canary import check_exact, run_canary, shape_record
 from worker.cores import choose_cores, pin
 from worker.engine import Engine
 from worker.head import load_head
@@ -63,10 +63,13 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
         engine.pin(preamble_tokens(engine.tokenize, profile))
     record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None
     report = run_canary(engine, profile, record)  # CanaryError: this engine must not answer (worker/canary.py)
-    log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own (of its largest logit), "
-             "%s", report.seconds * 1000, report.output_type, report.max_logit_gap,
+    log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own "
+             "(of its largest logit), %s", report.seconds * 1000, report.output_type, report.max_logit_gap,
              f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
              if engine.deterministic else "fast mode: not bit-checked")
+    exact = check_exact(engine, profile)
+    log.info("start-up canary: served margins within %.1f %% of the margins' scale of llama.cpp's exact reading",
+             100 * exact)
     if profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
         log.info("sanity check of the derived profile: %.2f of its pairs the right way round",
                  check_sanity(engine, profile))
