@@ -107,20 +107,31 @@ def split_cpus(available: list[int], units: int) -> list[list[int]]:
     return [available[i * per:(i + 1) * per] for i in range(units)]
 
 
+def _pinned(doc: dict) -> dict:
+    """A ConfigMap whose `pin_workers = 0` says 1."""
+    for key, text in doc["data"].items():
+        text, n = re.subn(r"(?m)^(\s*pin_workers\s*=\s*)0\b", r"\g<1>1", text)
+        if n != 1 and key.endswith(".toml"):
+            raise ValueError(f"ConfigMap {doc['metadata']['name']}: no single pin_workers = 0 in {key}")
+        doc["data"][key] = text
+    return doc
+
+
+def pinned_config(played: str) -> str:
+    """for_podman's YAML with every ConfigMap saying pin_workers = 1. Every play of a run must say
+    the same: podman keeps a ConfigMap as one named volume, and a later play's copy replaces it
+    under pods that have not read it yet."""
+    return yaml.safe_dump_all([_pinned(d) if d["kind"] == "ConfigMap" else d for d in yaml.safe_load_all(played)],
+                              sort_keys=False)
+
+
 def static_cpu_policy(played: str, deployment: str, cpusets: list[list[int]]) -> str:
     """for_podman's YAML as a static-policy kubelet runs it (module docstring): the Deployment
     named `deployment` becomes one Pod per cpuset, `<deployment>-pod-<i>`, whose containers run on
-    those CPUs only, and every ConfigMap's `pin_workers = 0` becomes 1."""
+    those CPUs only, and every ConfigMap's `pin_workers = 0` becomes 1 (pinned_config)."""
     out = []
-    for doc in yaml.safe_load_all(played):
-        if doc["kind"] == "ConfigMap":
-            for key, text in doc["data"].items():
-                text, n = re.subn(r"(?m)^(\s*pin_workers\s*=\s*)0\b", r"\g<1>1", text)
-                if n != 1 and key.endswith(".toml"):
-                    raise ValueError(f"ConfigMap {doc['metadata']['name']}: no single pin_workers = 0 in {key}")
-                doc["data"][key] = text
-            out.append(doc)
-        elif doc["kind"] == "Deployment" and doc["metadata"]["name"] == deployment:
+    for doc in yaml.safe_load_all(pinned_config(played)):
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == deployment:
             template = doc["spec"]["template"]
             for i, cpus in enumerate(cpusets):
                 spec = copy.deepcopy(template["spec"])

@@ -166,6 +166,8 @@ def cluster(image, tmp_path) -> Cluster:
             text = kube.for_podman(docs, deployment, tag=TAG, image=IMAGE, secret=secret_name)
             if deployment == "jevfleet-unit":  # each unit on CPUs of its own, pinned within them
                 text = kube.static_cpu_policy(text, f"{TAG}-{deployment}", c.cpusets)
+            else:  # the same ConfigMap as the units' (one volume in podman)
+                text = kube.pinned_config(text)
             played.write_text(text)
             kube.podman("kube", "play", "--network", network, str(played))
         c.units = sorted(kube.pods(f"{TAG}-jevfleet-unit-pod-"))
