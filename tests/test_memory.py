@@ -71,11 +71,12 @@ def test_workers_follow_memory_as_well_as_cores(llama_1b):
     need = int(sum(worker_bytes(settings, model_shape(llama_1b)).values()) * 1.10)
     by_cores = settings.worker_count
     assert plan_workers(settings, llama_1b, available=100 * need) == by_cores
-    assert plan_workers(settings, llama_1b, available=need + 1) == 1
+    file = llama_1b.stat().st_size  # its pages in the page cache, once for every worker
+    assert plan_workers(settings, llama_1b, available=file + need + 1) == 1
     with pytest.raises(MemoryRefusal, match=r"1 worker\(s\) of llama.gguf need .* MiB each .*KV cells .* MiB is available"):
-        plan_workers(settings, llama_1b, available=need - 1)
+        plan_workers(settings, llama_1b, available=file + need - 1)
     with pytest.raises(MemoryRefusal, match=r"^3 worker\(s\)"):
-        plan_workers(default_settings(workers=3), llama_1b, available=2 * need)
+        plan_workers(default_settings(workers=3), llama_1b, available=file + 2 * need)
 
 
 def test_a_containers_limit_less_its_usage_bounds_the_memory_available(tmp_path, monkeypatch):

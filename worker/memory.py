@@ -6,7 +6,8 @@ cores, and a fleet that cannot fit is refused at start with the figures instead 
 Everything is read from the GGUF header (ggml's reader, milliseconds): the layer count, the K and
 V widths of each layer, the vocabulary's size and the file's size. The estimate counts, per
 worker: the weights (the whole file: llama.cpp repacks most quantized weights into memory of the
-process's own, so workers do not share them through the page cache), the KV cells of its context
+process's own, so workers do not share them through the page cache; the file's own pages, which
+they do share, count once more for the host), the KV cells of its context
 (worker/engine.py sizes them), its host-memory tier (state_cache_ram_mb) and llama.cpp's logits
 rows. llama.cpp's compute buffers come on top, a few percent for these batch sizes: HEADROOM.
 """
@@ -158,13 +159,14 @@ def plan_workers(settings: Settings, model: Path, available: int | None = None) 
     need = int(sum(parts.values()) * HEADROOM)
     free = available_bytes() if available is None else available
     by_cores = settings.worker_count
-    fits = free // need
+    fits = max(0, free - shape.file_bytes) // need  # the file's pages: once, shared by every worker
     workers = settings.workers or min(by_cores, fits)
     if workers < 1 or workers > fits:
         detail = ", ".join(f"{name} {size / MIB:,.0f}" for name, size in parts.items())
         raise MemoryRefusal(
             f"{max(workers, 1)} worker(s) of {model.name} need {need / MIB:,.0f} MiB each ({detail} MiB, "
             f"+{HEADROOM - 1:.0%} for llama.cpp's buffers; a token of KV cache is "
-            f"{shape.kv_bytes_per_token / 1024:,.0f} KiB) and {free / MIB:,.0f} MiB is available: lower ctx, "
+            f"{shape.kv_bytes_per_token / 1024:,.0f} KiB), besides the file's {shape.file_bytes / MIB:,.0f} MiB "
+            f"in the page cache once, and {free / MIB:,.0f} MiB is available: lower ctx, "
             f"state_cache_mb or state_cache_ram_mb, or workers")
     return workers
