@@ -52,3 +52,15 @@ def test_one_off_work_is_told_apart_made_now_or_found_cached(tmp_path):
     line = tiers.one_off_line(before, tiers.one_off_records(tmp_path))
     assert line == ("one-off work: 3 records made now (1 calibration, 2 shapes; 110.0 s cold), "
                     "1 found cached (warm; they cost 44.0 s when made)")
+
+
+@pytest.mark.parametrize("code, expected", [(0, 0), (1, 1), (tiers.NOTHING_COLLECTED, 1)])
+def test_the_run_fails_when_a_tier_fails_and_passes_otherwise(monkeypatch, tmp_path, capsys, code, expected):
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("JEV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tiers.subprocess, "run", lambda *args, **kwargs: SimpleNamespace(returncode=code))
+    assert tiers.main([]) == expected
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "0 passed, 0 failed, 0 skipped"
+    assert sum("one-off work: 0 records made now" in line for line in lines) == len(tiers.TIERS)
