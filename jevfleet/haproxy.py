@@ -33,12 +33,17 @@ NO_RETRY = ("    retries 0\n"
 # slot and send the states hashed there to another unit for a second: the likely cause of the
 # Kubernetes test's same-state check failing 1 run in 3 with no health check failing. Whether a unit
 # takes requests is the health checks' call (out within a second); DNS only adds and removes slots.
+# hold timeout: when the name server does not answer, the slots keep their last addresses for 5
+# minutes (HAProxy's default is 30 s, after which every slot went into maintenance and the front had
+# no server at all while it was silent: make test's Kubernetes test, 2026-12-03, podman's
+# aardvark-dns silent for about 2 minutes after a pod was deleted, 4 requests timed out in the front).
 RESOLVERS = ("\nresolvers dns\n"
              "    parse-resolv-conf\n"
              "    accepted_payload_size 8192\n"
              "    timeout resolve 1s\n"
              "    timeout retry 1s\n"
-             "    hold obsolete 30s\n")
+             "    hold obsolete 30s\n"
+             "    hold timeout 300s\n")
 
 
 def qualified(name: str, resolv_conf: Path = Path("/etc/resolv.conf")) -> str:

@@ -48,6 +48,7 @@ def test_discover_turns_one_dns_name_into_server_slots_resolved_again(tmp_path):
     assert "server-template gw 8 units.example:8017 check resolvers dns init-addr none" in conf
     assert "\nresolvers dns\n    parse-resolv-conf\n" in conf and "server gw1" not in conf
     assert "    hold obsolete 30s\n" in conf  # a unit missing from one DNS answer keeps its slot
+    assert "    hold timeout 300s\n" in conf  # and every unit its slot while the name server is silent
     with pytest.raises(ValueError):
         render_haproxy_conf(default_settings(), ["a:1", "b:1"], bind=":1", stats_socket="s", discover=2)
 
