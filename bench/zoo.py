@@ -10,7 +10,7 @@ F16/F32 file tensor by tensor (one tensor in memory at a time), quantizes it, de
 
 Tokenizers and templates come from the llama-cpp-python source distribution of the pinned version
 (vendor/llama.cpp/models/ggml-vocab-*.gguf and models/templates/*.jinja), fetched once with
-`pip download` (pip's own cache serves it where llama-cpp-python was built from source); Gemma's
+`pip download` into the cache dir (loadtest/llama_server.sdist, which llama-server is built from); Gemma's
 tokenizer is not among llama.cpp's vocabulary files, so Gemma recipes take it, with its chat
 template, from the default model's GGUF (Gemma 3 270M, a dependency). One module: the recipe
 table, the tensor list of each architecture and the writer are read together when a recipe changes.
@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import subprocess
 import sys
 import tarfile
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+
+from loadtest.llama_server import sdist
 
 FORMAT = 1  # bump when the writer changes what a recipe produces
 STD = 0.02  # weights ~ N(0, STD): with unit norms the activations stay finite through every layer
@@ -182,18 +183,6 @@ def llama_version() -> str:
     import llama_cpp
 
     return llama_cpp.__version__
-
-
-def sdist(cache: Path) -> Path:
-    """llama-cpp-python's source distribution of the installed (pinned) version, fetched once."""
-    version = llama_version()
-    target = cache / "src" / f"llama_cpp_python-{version}.tar.gz"
-    if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        print(f"zoo: fetching the llama-cpp-python {version} source distribution (its models/ folder)", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
-                        f"llama-cpp-python=={version}", "-d", str(target.parent)], check=True)
-    return target
 
 
 def source_file(cache: Path, relative: str) -> Path:

@@ -1,8 +1,8 @@
 """llama.cpp's `llama-server`, built on demand from the llama-cpp-python source distribution.
 
-No binary is committed: the first sweep that asks for the llama-server target downloads the
-sdist of the llama-cpp-python version we run (pip download --no-binary, from PyPI like every
-other dependency), configures its vendored llama.cpp with only what the server needs (no web
+No binary is committed: the first sweep that asks for the llama-server target takes the sdist
+of the llama-cpp-python version we run (pip download --no-binary, from PyPI like every other
+dependency, kept in the cache dir: sdist()), configures its vendored llama.cpp with only what the server needs (no web
 UI, no network fetches, static libraries) and builds the one target at nice 19 with 2 jobs.
 The binary is kept in the cache dir, keyed by version and build flags; later sweeps reuse it.
 """
@@ -43,6 +43,20 @@ def binary_path(cache: Path) -> Path:
     return cache / "llama-server" / f"{version('llama-cpp-python')}{suffix}" / "llama-server"
 
 
+def sdist(cache: Path) -> Path:
+    """llama-cpp-python's source distribution of the installed (pinned) version, fetched once from
+    PyPI into the cache dir: llama-server's source here, the model zoo's tokenizers and templates
+    (bench/zoo.py)."""
+    ver = version("llama-cpp-python")
+    target = cache / "src" / f"llama_cpp_python-{ver}.tar.gz"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        print(f"fetching the llama-cpp-python {ver} source distribution (once)", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
+                        "--progress-bar", "off", "-d", str(target.parent), f"llama-cpp-python=={ver}"], check=True)
+    return target
+
+
 def ensure_llama_server(cache: Path) -> Path:
     """The cached llama-server binary, building it first if there is none (10–20 min here)."""
     target = binary_path(cache)
@@ -54,10 +68,7 @@ def ensure_llama_server(cache: Path) -> Path:
     print(f"building llama-server from the llama-cpp-python {ver} sdist (once; log: {log_path})", flush=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp, log_path.open("w") as log:
         work = Path(tmp)
-        _run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--progress-bar", "off",
-              "-d", str(work), f"llama-cpp-python=={ver}"], log)
-        (sdist,) = work.glob("llama_cpp_python-*.tar.gz")
-        with tarfile.open(sdist) as tar:
+        with tarfile.open(sdist(cache)) as tar:
             tar.extractall(work, filter="data")
         source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
         build = work / "build"

@@ -41,17 +41,11 @@ from quality.local import LocalRunner
 from shared.config import Settings
 from shared.derive import CALIBRATION_SET, calibration_record, serving_profile, with_recorded_calibration
 from shared.profiles import Profile, ProfileError
+from shared.refusal import reason
 
 
 class CalibrationError(ProfileError):
     """A derived profile that cannot be calibrated here, in one line (the CLI: exit 2, no traceback)."""
-
-
-def _root(exc: BaseException) -> str:
-    """The innermost cause's message, on one line (a model thread wraps what its load raised)."""
-    while exc.__cause__ is not None:
-        exc = exc.__cause__
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 TAG = "straightforward"  # the items calibrate fits a hand-written profile on by default (eval/README.md)
@@ -92,7 +86,7 @@ def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
         runner = LocalRunner(settings, profile)
     except RuntimeError as exc:  # the model thread's load failed: the canary refused it, or llama.cpp did
         raise CalibrationError(f"the profile derived from {profile.source.name} cannot be calibrated: "
-                               f"{_root(exc)}") from None
+                               f"{reason(exc.__cause__ or exc)}") from None  # the load's own, not the thread's wrapper
     try:
         with tqdm(total=len(items), desc="calibrating", unit="q", file=sys.stderr) as bar:
             outcomes = runner.ask(items, bar.update)

@@ -105,13 +105,13 @@ class Engine:
 
     @classmethod
     def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None,
-                      snapshot_tokens_override: int | None = None) -> Engine:
+                      snapshot_tokens: int | None = None) -> Engine:
         """The engine the settings describe: how workers, `decide`, the tests and benches build one.
         The snapshots' cells are state_cache_mb in this model's tokens; tests and benches that need
-        an exact token budget give it as snapshot_tokens_override."""
+        an exact token budget give it as snapshot_tokens."""
         return cls(model_path, ctx=settings.ctx, batch_tokens=settings.batch_tokens, threads=threads,
                    deterministic=settings.mode == "deterministic", state_cache=settings.state_cache,
-                   state_cache_tokens=snapshot_tokens_override, state_cache_mb=settings.state_cache_mb, head=head,
+                   state_cache_tokens=snapshot_tokens, state_cache_mb=settings.state_cache_mb, head=head,
                    state_cache_second_miss=settings.state_cache_admission == "second-miss",
                    state_cache_ram_mb=settings.state_cache_ram_mb)
 

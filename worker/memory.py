@@ -14,7 +14,6 @@ rows. llama.cpp's compute buffers come on top, a few percent for these batch siz
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path

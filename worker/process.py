@@ -58,7 +58,7 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
     (tests and benchmarks) sets the snapshots' cells in tokens instead of state_cache_mb."""
     engine = Engine.from_settings(model_path, settings, threads=threads,
                                   head=load_head(Path(profile.head)) if profile.head else None,
-                                  snapshot_tokens_override=snapshot_tokens)
+                                  snapshot_tokens=snapshot_tokens)
     if pin_preamble:
         engine.pin(preamble_tokens(engine.tokenize, profile))
     record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None
@@ -163,14 +163,19 @@ class WorkerProcess:
         dropped = self.scheduler.clear()
         log.warning("%s: gateway connection lost; dropped %d queued requests", self.worker_id, len(dropped))
 
+    def _dealer(self, zctx: zmq.Context, linger_ms: int) -> zmq.Socket:
+        """The socket to the gateway, not yet connected: this worker's identity, its CURVE keys."""
+        dealer = zctx.socket(zmq.DEALER)
+        dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
+        dealer.setsockopt(zmq.LINGER, linger_ms)
+        if self.keys is not None:
+            self.keys.apply(dealer)
+        return dealer
+
     def _cannot_start(self, zctx: zmq.Context, why: str) -> None:
         """Tell the gateway, instead of Ready, why this worker will not serve (for its /health);
         a gateway that is not there does not hear it, and serve's exit says it anyway."""
-        dealer = zctx.socket(zmq.DEALER)
-        dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
-        dealer.setsockopt(zmq.LINGER, CANNOT_START_LINGER_MS)
-        if self.keys is not None:
-            self.keys.apply(dealer)
+        dealer = self._dealer(zctx, CANNOT_START_LINGER_MS)
         dealer.connect(self.settings.zmq_endpoint)
         dealer.send(encode(CannotStart(worker_id=self.worker_id, pid=os.getpid(), reason=why)))
         dealer.close()
@@ -184,17 +189,13 @@ class WorkerProcess:
         try:
             thread.wait_loaded()
         except RuntimeError as exc:
-            thread.join(timeout=5)  # its traceback printed before the refusal line, which comes last
             cause = exc.__cause__ or exc
+            log.error("%s: could not start", self.worker_id, exc_info=cause)  # the refusal line comes last
             self._cannot_start(zctx, reason(cause))
             pull.close()
             zctx.term()  # after the message left, or CANNOT_START_LINGER_MS without a gateway
             return refuse(f"worker {self.worker_id}", cause)
-        dealer = zctx.socket(zmq.DEALER)
-        dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
-        dealer.setsockopt(zmq.LINGER, 2000)
-        if self.keys is not None:
-            self.keys.apply(dealer)
+        dealer = self._dealer(zctx, 2000)
         lost = dealer.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         dealer.connect(self.settings.zmq_endpoint)
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
