@@ -12,7 +12,9 @@ Only the gateway applies a calibration, and it has no model to fit one with. So 
 (and eval and decide, which answer in-process) fit it before anything is served and write it to
 cache_dir/calibration/, named by the model file, the prompt, the set and llama.cpp's version;
 every gateway started from the same cache then reads the same two numbers. It is fitted once per
-model file: 832 items, 44 s (Gemma) to 106 s (SmolLM2) on two cores, with a progress bar.
+model file: 832 items, 44 s (Gemma) to 106 s (SmolLM2) on two cores, with a progress bar; a larger
+file is fitted on fewer (shared/derive.calibration_size: ~276 for a 1B file), so the fit takes
+about as long whatever the file.
 
 Where the margins rank the items no better than chance, the fit is flat: a two-fold check on the
 fit split itself (by question, so a scenario's two texts stay together) must show Brier skill, else
@@ -36,10 +38,11 @@ import numpy as np
 from tqdm import tqdm
 
 from quality.calibration import fit_platt, flat_bias
-from quality.items import load_set
+from quality.items import Item, load_set
 from quality.local import LocalRunner
 from shared.config import Settings
-from shared.derive import CALIBRATION_SET, calibration_record, serving_profile, with_recorded_calibration
+from shared.derive import (CALIBRATION_SET, calibration_record, calibration_size, serving_profile,
+                           with_recorded_calibration)
 from shared.profiles import Profile, ProfileError
 from shared.refusal import reason
 
@@ -78,7 +81,8 @@ def calibrated(settings: Settings, profile: Profile) -> Profile:
 
 
 def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
-    items = [i for i in load_set(CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == TAG]
+    items = spread(
+        [i for i in load_set(CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == TAG], calibration_size(profile.source))
     print(f"jevfleet: calibrating the profile derived from {profile.source.name} on {len(items)} yes/no items of "
           f"{CALIBRATION_SET.name} (once per model file; kept in {record.parent})", file=sys.stderr, flush=True)
     start = time.monotonic()
@@ -113,6 +117,24 @@ def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
     os.replace(tmp, record)
     print(f"jevfleet: calibration scale = {scale:.4f}, bias = {bias:.4f} (two-fold Brier skill {skill:.3f}) "
           f"in {record}", file=sys.stderr, flush=True)
+
+
+def spread(items: list[Item], most: int) -> list[Item]:
+    """At most `most` items, whole scenarios (a question's two texts stay together) picked at an
+    even stride through the set, so every kind of question keeps its share; all when they fit."""
+    scenarios: dict[str, list[Item]] = {}
+    for item in items:
+        scenarios.setdefault(repr((item.kind, item.question)), []).append(item)
+    groups = list(scenarios.values())
+    if len(items) <= most:
+        return items
+    picked: list[Item] = []
+    for wanted in range(1, len(groups) + 1):  # the most scenarios at an even stride that fit in `most`
+        chosen = [item for k in range(wanted) for item in groups[k * len(groups) // wanted]]
+        if len(chosen) > most:
+            break
+        picked = chosen
+    return picked
 
 
 def cross_validated_skill(margins: np.ndarray, labels: np.ndarray, groups: list[str]) -> float:

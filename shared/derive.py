@@ -54,6 +54,17 @@ FIXED_DATE = datetime.datetime(2026, 1, 1)  # what strftime_now shows a template
 # The labelled set a derived profile's calibration is fitted on (its fit split's straightforward
 # yes/no items, as `jevfleet calibrate` fits a hand-written profile by default): eval/README.md.
 CALIBRATION_SET = PROJECT_ROOT / "eval" / "plain.jsonl"
+# How much of that set it is fitted on: items x MiB of model file, so the fit takes about the same
+# time for every file (its forward passes cost about the file's size): the whole fit split's 832
+# yes/no items for a file of up to 256 MiB (both files here), ~276 for a 1B file at Q4_K_M (~100 s on
+# two cores, where all 832 took 306 s), never fewer than CALIBRATION_MIN (a 3-4B file).
+CALIBRATION_WORK = 832 * 256
+CALIBRATION_MIN = 128
+
+
+def calibration_size(model: Path) -> int:
+    """The most items a derived profile of `model` is calibrated on (CALIBRATION_WORK)."""
+    return max(CALIBRATION_MIN, int(CALIBRATION_WORK * 2**20 / max(model.stat().st_size, 1)))
 _EXAMPLE = re.compile(r"Text: (.*)\nQuestion: (.*)\nAnswer: (.*)\n")
 
 
@@ -249,7 +260,7 @@ def calibration_record(cache_dir: Path, profile: Profile) -> Path | None:
         return None
     key = json.dumps([file_sha256(profile.source), profile.add_bos, profile.control, profile.preamble,
                       profile.prefix, profile.suffix, profile.yes, profile.no, file_sha256(CALIBRATION_SET),
-                      llama_cpp.__version__])
+                      llama_cpp.__version__, calibration_size(profile.source)])
     return cache_dir / "calibration" / f"{profile.source.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 

@@ -115,17 +115,57 @@ def answer_ids(tokenize: Callable[..., list[int]], words: tuple[str, ...]) -> li
     return sorted(set(ids))
 
 
+def tokenize_after_text(tokenize: Callable[..., list[int]], text: str, *, special: bool = False) -> list[int]:
+    """Token ids of `text` as they read after other plain text, not at a prompt's start. llama.cpp
+    puts a space in front of a text's start (and after each control token) for a SentencePiece
+    vocabulary that adds a space prefix (Llama 2, Phi-3: "\n" alone is "▁", "\n"), so a suffix
+    tokenized alone would start with a token the whole prompt does not have. Such a vocabulary is
+    known by "\n" being two tokens: the text is then read after a newline (a byte token that
+    merges with nothing there) and the newline's ids taken off. Other vocabularies: as it is."""
+    lead = tokenize("\n")
+    if len(lead) == 1:
+        return tokenize(text, special=special)
+    ids = tokenize("\n" + text, special=special)
+    return ids[len(lead):] if ids[:len(lead)] == lead else tokenize(text, special=special)
+
+
+def _strips(tokenize: Callable[..., list[int]], controls: list[str], beside: str, space: str, side: int) -> bool:
+    """Whether the control token at the end (side 1) or start (side -1) of `beside` drops `space`
+    next to it: llama.cpp does for tokens marked rstrip/lstrip, so the text after (before) such a
+    token reads without it, and the cut must be moved past it."""
+    token = next(c for c in controls if (beside.endswith(c) if side == 1 else beside.startswith(c)))
+    return tokenize(token + space if side == 1 else space + token, special=True) == tokenize(token, special=True)
+
+
 def _encode(tokenize: Callable[..., list[int]], profile: Profile, text: str, head: str, tail: str,
-            add_bos: bool) -> list[int]:
+            add_bos: bool, after_text: bool) -> list[int]:
     """head + user text + tail, with control tokens parsed only in head up to its last control
     token and in tail from its first one: the cuts fall where llama.cpp splits text anyway, so
-    the ids are those of the whole text with its template's control tokens parsed."""
+    the ids are those of the whole text with its template's control tokens parsed. `after_text`:
+    the text continues a prompt (a suffix), so its first piece is read as after plain text."""
     if not (text.startswith(head) and text.endswith(tail) and len(text) >= len(head) + len(tail)):
         raise ValueError("text was not rendered from this profile's template")
     start = max((head.rfind(c) + len(c) for c in profile.control if c in head), default=0)
     end = len(text) - len(tail) + min((tail.find(c) for c in profile.control if c in tail), default=len(tail))
-    ids = tokenize(text[:start], add_bos=add_bos, special=True) if start or add_bos else []
-    return ids + (tokenize(text[start:end]) if end > start else []) + tokenize(text[end:], special=True)
+    # whitespace that a control token strips (Phi-3's <|user|>, <|end|>) goes with the token
+    after = head[start:][:len(head[start:]) - len(head[start:].lstrip())]
+    if start and after and _strips(tokenize, profile.control, text[:start], after, 1):
+        start += len(after)
+    before = text[len(text) - len(tail):end]
+    before = before[len(before.rstrip()):]
+    if end < len(text) and before and _strips(tokenize, profile.control, text[end:], before, -1):
+        end -= len(before)
+    ids: list[int] = []
+    first = True
+    for piece, special in ((text[:start], True), (text[start:end], False), (text[end:], True)):
+        if not piece:
+            continue
+        if first and after_text:
+            ids = tokenize_after_text(tokenize, piece, special=special)
+        else:
+            ids += tokenize(piece, add_bos=add_bos and first, special=special)
+        first = False
+    return ids
 
 
 def encode_prefix(tokenize: Callable[..., list[int]], profile: Profile, text: str) -> list[int]:
@@ -135,15 +175,15 @@ def encode_prefix(tokenize: Callable[..., list[int]], profile: Profile, text: st
     if not profile.control:
         return tokenize(text, add_bos=profile.add_bos)
     head, _, tail = profile.prefix.partition("{state}")
-    return _encode(tokenize, profile, text, profile.preamble + head, tail, profile.add_bos)
+    return _encode(tokenize, profile, text, profile.preamble + head, tail, profile.add_bos, False)
 
 
 def encode_suffix(tokenize: Callable[..., list[int]], profile: Profile, text: str) -> list[int]:
     """Token ids of a rendered suffix (one question), as encode_prefix does it."""
     if not profile.control:
-        return tokenize(text)
+        return tokenize_after_text(tokenize, text)
     head, _, tail = profile.suffix.partition("{question}")
-    return _encode(tokenize, profile, text, head, tail, False)
+    return _encode(tokenize, profile, text, head, tail, False, True)
 
 
 def preamble_tokens(tokenize: Callable[..., list[int]], profile: Profile) -> list[int]:

@@ -44,6 +44,26 @@ def test_the_flat_calibration_answers_the_base_rate_of_the_fit():
     assert fit_platt(np.arange(4.0), labels) == (0.0, flat_bias(labels))  # ranked the wrong way: flat
 
 
+def test_a_larger_file_is_fitted_on_fewer_whole_scenarios_of_every_kind(tmp_path):
+    from collections import Counter
+
+    from quality.items import load_set
+
+    items = [i for i in load_set(shared.derive.CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == quality.derived.TAG]
+    big = tmp_path / "big.gguf"
+    with open(big, "wb") as f:
+        f.truncate(770 * 2**20)  # a 1B file at Q4_K_M
+    most = shared.derive.calibration_size(big)
+    assert 250 < most < 300 and shared.derive.calibration_size(shared.derive.CALIBRATION_SET) > len(items)
+    picked = quality.derived.spread(items, most)
+    assert most - 40 <= len(picked) <= most and quality.derived.spread(items, 10_000) == items
+    scenarios = Counter(repr((i.kind, i.question)) for i in items)
+    assert all(n == scenarios[repr((i.kind, i.question))] for i in picked  # whole scenarios only
+               for n in [sum(j.kind == i.kind and j.question == i.question for j in picked)])
+    assert {i.kind for i in picked} == {i.kind for i in items}
+    assert sum(i.answer == 0 for i in picked) == len(picked) // 2
+
+
 # --- the model ---
 
 @pytest.fixture

@@ -59,9 +59,7 @@ def tiny(name: str):
     return zoo.build(name, zoo.zoo_dir(), progress=False)  # built once (seconds), then cached by recipe
 
 
-# phi3-tiny's engine tests wait for its profile: derivation refuses the file (below), and the few-shot
-# profile's " Yes" is two tokens of Phi-3's vocabulary
-@pytest.fixture(scope="module", params=["qwen2-tiny"])
+@pytest.fixture(scope="module", params=["qwen2-tiny", "phi3-tiny"])
 def served(request):
     """A tiny zoo file on an engine as a worker builds it (build_engine runs the start-up canary),
     with the profile derived from the file."""
@@ -75,9 +73,7 @@ def served(request):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("name", ["qwen2-tiny", pytest.param("phi3-tiny", marks=pytest.mark.xfail(
-    strict=True, reason="issue 38, open: Phi-3's SentencePiece vocabulary with Phi-3.5's template: no "
-                        "prefix/suffix cut of the rendered chat is a token boundary, so the file is refused"))])
+@pytest.mark.parametrize("name", ["qwen2-tiny", "phi3-tiny"])
 def test_the_profile_is_derived_from_the_files_chat_template(name):
     from shared.derive import derive_profile
 
