@@ -207,3 +207,10 @@ bench-readout: $(VENV)/.installed-bench
 .PHONY: zoo
 zoo: $(STAMP)
 	$(PY) -m bench.zoo $(ZOO)
+
+# Each zoo file served as a user would (time to ready, RSS, canary figures; bench/zoo_serve.py), then
+# beside llama-server on the same file: bench.floor, the sweep at 1 and 4 clients, bench.consistency.
+# ZOO as for `make zoo` (default: every recipe); ZOO_MODE=fast for a file refused in deterministic mode.
+.PHONY: bench-zoo
+bench-zoo: $(VENV)/.installed-bench
+	$(PY) -m bench.zoo_serve --speed $(if $(ZOO_MODE),--mode $(ZOO_MODE)) $(ZOO)

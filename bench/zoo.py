@@ -85,8 +85,10 @@ RECIPES = {r.name: r for r in (
     Recipe("gemma-2-2b", "gemma2", 26, 2304, 9216, 8, 4, 256, 8192, GEMMA_VOCAB, "google-gemma-2-2b-it.jinja",
            eps=1e-6, extra=(("attention.sliding_window", 4096), ("final_logit_softcapping", 30.0),
                             ("attn_logit_softcapping", 50.0))),
-    # Gemma 3 1B it: 5 sliding (512) to 1 global layer, Q/K norms
-    Recipe("gemma-3-1b", "gemma3", 26, 1152, 6912, 4, 1, 256, 32768, GEMMA_VOCAB, "", rope_base=1e6, eps=1e-6,
+    # Gemma 3 1B it: 5 sliding (512) to 1 global layer, Q/K norms; the instruction-tuned file's chat
+    # turns (llama.cpp ships no Gemma 3 template: Gemma 2's has the same <start_of_turn> format)
+    Recipe("gemma-3-1b", "gemma3", 26, 1152, 6912, 4, 1, 256, 32768, GEMMA_VOCAB, "google-gemma-2-2b-it.jinja",
+           rope_base=1e6, eps=1e-6,
            extra=(("attention.sliding_window", 512), ("rope.freq_base_swa", 10000.0))),
     # MiniCPM 1B sft: muP scales (its own vocabulary of 122,753 is not in llama.cpp's models/)
     Recipe("minicpm-1b", "minicpm", 52, 1536, 3840, 24, 8, 64, 4096, "llama-spm", "openbmb-MiniCPM5-1B.jinja",
