@@ -32,6 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from loadtest.llama_server import sdist
+from loadtest.validate import RANDOM_WEIGHTS
 
 FORMAT = 1  # bump when the writer changes what a recipe produces
 STD = 0.02  # weights ~ N(0, STD): with unit norms the activations stay finite through every layer
@@ -244,7 +245,7 @@ def write_f16(r: Recipe, path: Path, cache: Path, progress: bool = True) -> int:
     from tqdm import tqdm
 
     writer = GGUFWriter(path, r.arch)
-    writer.add_name(f"{r.name} (random weights, jevfleet zoo)")
+    writer.add_name(f"{r.name} ({RANDOM_WEIGHTS})")
     writer.add_file_type(1)  # mostly F16
     template = source_file(cache, "templates/" + r.template).read_text() if r.template else ""
     n_vocab = copy_tokenizer(writer, vocab_file(cache, r), template)

@@ -41,6 +41,16 @@ def test_yes_probability_from_top_logprobs():
             yes_probability(PROFILE, top)
 
 
+def test_a_random_weight_zoo_file_may_have_neither_answer_on_top_but_nothing_else_is_let_through():
+    from loadtest.validate import RANDOM_WEIGHTS
+
+    zoo = dataclasses.replace(PROFILE, description=f"llama-3.2-1b ({RANDOM_WEIGHTS}) (llama), derived")
+    assert math.isnan(yes_probability(zoo, {" the": -0.1}))
+    for top in ({}, {" Yes": 0.5}):
+        with pytest.raises(InvalidAnswer):
+            yes_probability(zoo, top)
+
+
 def test_baseline_shapes():
     openai = {"choices": [{"logprobs": {"top_logprobs": [{" Yes": -0.1, " No": -2.5}]}}]}
     assert 0.5 < check_openai_completion(openai, PROFILE) <= 1
