@@ -177,7 +177,7 @@ class Sweep:
         self.machine = machine()
         settings = load_settings()
         self.cache = settings.cache_path
-        self.profile = serving_profile(settings.profile, settings.model)
+        self.profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
         self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
         self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users) * args.rounds
         self.runs_done = 0
