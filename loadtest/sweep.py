@@ -45,7 +45,7 @@ from loadtest import fleet_metrics, fresh, results, servers
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
 from shared.config import PROJECT_ROOT, load_settings
-from shared.derive import serving_profile
+from shared.derive import render_profile, serving_profile
 from shared.model_files import resolve_model
 
 PROTOCOL_OF = {"jevfleet": "jevfleet", "jevfleet-fast": "jevfleet", "jevfleet-per-core": "jevfleet",
@@ -177,7 +177,10 @@ class Sweep:
         self.machine = machine()
         settings = load_settings()
         self.cache = settings.cache_path
-        self.profile = serving_profile(settings.profile, settings.model)
+        self.profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+        # the profile file Locust renders the baselines' prompts from: a derived one's rendering (its
+        # source is the GGUF, which load_profile cannot read)
+        self.profile_file = render_profile(self.profile, self.cache) if self.profile.derived else self.profile.source
         self.gguf = resolve_model(self.profile, settings.cache_path, settings.model)
         self.runs_total = sum(can_run(t, w) for t in args.target for w in args.workload) * len(args.users) * args.rounds
         self.runs_done = 0
@@ -275,7 +278,7 @@ class Sweep:
         stats, log_path = self.logs / f"{name}.json", self.logs / f"{name}.log"
         cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
                "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{duration}s",
-               "--host", url, "--workload", workload, "--start", str(start), "--model-profile", str(self.profile.source),
+               "--host", url, "--workload", workload, "--start", str(start), "--model-profile", str(self.profile_file),
                "--json-file", str(stats.with_suffix("")),
                "--loglevel", "WARNING", USER_CLASS[PROTOCOL_OF[target]]]
         python_path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))

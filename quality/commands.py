@@ -36,7 +36,8 @@ def _set_name(set_path: list[str]) -> str:
 def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, out: str, head: str = "profile") -> int:
     """head: "profile" (as the profile says), "on" or "off" (in-process only)."""
     items = load_set(set_path, split)
-    profile = (serving_profile(settings.profile, settings.model, head=HEAD_CHOICES[head]) if url
+    profile = (serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path,
+                               head=HEAD_CHOICES[head]) if url
                else calibrated_serving_profile(settings, head=HEAD_CHOICES[head]))  # in-process: as served
     runner = RemoteRunner(url) if url else LocalRunner(settings, profile)
     where = url or (f"profile {profile.name}{' (derived from the file)' if profile.derived else ''}"
@@ -75,7 +76,8 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
         print(f"jevfleet calibrate: the set needs yes/no items tagged {tag!r} in both a fit and a test split",
               file=sys.stderr)
         return 2
-    runner = LocalRunner(settings, serving_profile(settings.profile, settings.model, head=False))
+    runner = LocalRunner(settings, serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path,
+                                                   head=False))
     profile = runner.profile
     if head:
         answer_ids = runner.tokenizer.yes_ids + runner.tokenizer.no_ids

@@ -89,7 +89,9 @@ class Settings(BaseSettings):
                                          "(/tmp/jevfleet-PORT-workers for role workers)")
     # --- worker (engine) ---
     profile: str = Field("", description="model profile: a name in conf/models, or a path to a .toml; empty = "
-                                         "derived from `model`'s GGUF, or gemma-3-270m when no model is given")
+                                         "derived from `model`'s GGUF (serve derives it once and gives its "
+                                         "gateway and workers the rendered file), or gemma-3-270m when no model "
+                                         "is given")
     model: str = Field("", description="GGUF file: with a profile, replaces the profile's model; without, the "
                                        "profile is derived from it; empty = the profile's")
     derived_calibration: int = Field(1, ge=0, le=1, description="1 = a profile derived from `model` is "
@@ -118,7 +120,7 @@ class Settings(BaseSettings):
                                     "instead of read when they come back; 0 = off")
     warmup: int = Field(1, ge=0, le=1, description="1 = warm up before registering; 0 = off")
     cache_dir: str = Field("", description="where the assembled default GGUF, the measured batch shapes and derived profiles' "
-                                           "calibrations are kept; empty = ~/.cache/jevfleet")
+                                           "calibrations and rendered files are kept; empty = ~/.cache/jevfleet")
 
     @classmethod
     def settings_customise_sources(

@@ -22,6 +22,11 @@ The fourth check, that the answers rank better than chance, needs the model: wor
 A derived profile's calibration is fitted on the built-in labelled set where it is first served
 (quality/derived.py, which needs the model) and kept in cache_dir/calibration/; serving_profile
 reads it back here, so a gateway, which has no model, serves the same scale and bias.
+
+`jevfleet serve` derives the profile once, calibrated, and renders it into cache_dir/profiles/
+(render_profile); its gateway and workers get that file's path as their `profile` setting and
+load it (shared/profiles.py reads its [derived] section), so they neither derive again nor can
+disagree.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -38,7 +44,7 @@ from pydantic import ValidationError
 from shared.config import PROJECT_ROOT
 from shared.gguf_file import GgufFile, ModelFileError, read_gguf
 from shared.model_files import file_sha256
-from shared.profile_file import ProfileFile, refusal
+from shared.profile_file import ModelSection, ProfileFile, PromptSection, profile_toml, refusal
 from shared.profiles import (Profile, ProfileError, encode_prefix, encode_suffix, load_profile,
                              profile_from_file)
 
@@ -274,17 +280,50 @@ def with_recorded_calibration(profile: Profile, cache_dir: Path) -> Profile:
                                calibration_record=str(record))
 
 
-def serving_profile(profile: str, model: str, *, head: bool | None = None, cache_dir: Path | None = None) -> Profile:
-    """The profile a process serves, from the settings `profile` and `model`. A named profile
-    always: hand-written profiles take precedence, with `model` then only replacing its GGUF.
-    With none named and a `model`, the profile derived from that file (its chat template, or the
-    few-shot prompt for a base model), with the calibration recorded for it in `cache_dir` if
-    there is one. With neither, DEFAULT_PROFILE. Gateway and workers derive alike, from the same
-    file, so they agree on every prompt."""
+def serving_profile(profile: str, model: str, *, cache_dir: Path, head: bool | None = None) -> Profile:
+    """The profile a process serves, from the settings `profile` and `model` and the cache dir. A
+    named profile always: hand-written profiles take precedence, with `model` then only replacing
+    its GGUF (a profile rendered by render_profile loads as the derived one it was). With none
+    named and a `model`, the profile derived from that file (its chat template, or the few-shot
+    prompt for a base model), with the calibration recorded for it in `cache_dir` if there is one:
+    `cache_dir` is required, so that nothing serves a derived profile uncalibrated by leaving it
+    out (derive_profile is the uncalibrated derivation, by name). With neither, DEFAULT_PROFILE.
+    `jevfleet serve` derives once and hands its gateway and workers the rendered file."""
     if profile or not model:
         return load_profile(profile or DEFAULT_PROFILE, head=head)
     if head:
         raise ProfileError(f"a profile derived from {model} has no learned head: write it out with "
                            "`jevfleet profile`, then fit one with `jevfleet calibrate --head --profile FILE`")
-    derived = derive_profile(Path(model))
-    return with_recorded_calibration(derived, cache_dir) if cache_dir is not None else derived
+    return with_recorded_calibration(derive_profile(Path(model)), cache_dir)
+
+
+def rendered_data(profile: Profile) -> dict[str, Any]:
+    """A derived profile, calibrated or not, as the data of a profile file (ProfileFile's keys,
+    taken from its schema so none is left out) that loads back as this same Profile: its
+    [derived] section keeps the GGUF as its source and the calibration record it was read from."""
+    if not profile.derived or profile.head:
+        raise ValueError(f"profile {profile.name}: only a derived profile (which has no head) is rendered")
+    return {
+        **{key: getattr(profile, key) for key in ("name", "description", "release_date", "licence")},
+        "model": {key: getattr(profile, key) for key in ModelSection.model_fields},
+        "prompt": {key: getattr(profile, key) for key in PromptSection.model_fields},
+        "calibration": {"scale": profile.scale, "bias": profile.bias},
+        "derived": {"gguf": str(profile.source.absolute()), "calibration_record": profile.calibration_record},
+    }
+
+
+def render_profile(profile: Profile, cache_dir: Path) -> Path:
+    """The derived `profile` written as a profile file into cache_dir/profiles/, named by its
+    content (so a changed derivation or calibration is a new file, never an overwritten one that a
+    running process reads) and written atomically: what `jevfleet serve` hands its gateway and
+    workers as their `profile` setting, so they load one derivation instead of each deriving."""
+    text = profile_toml(rendered_data(profile), f"{profile.name}: the profile derived from {profile.source.name}, "
+                        "rendered by `jevfleet serve` for its gateway and workers\n(shared/derive.render_profile). "
+                        "Not for editing: `jevfleet profile FILE.gguf` prints an editable one.")
+    path = (cache_dir / "profiles" / f"{profile.name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.toml").absolute()
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path

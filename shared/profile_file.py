@@ -87,6 +87,15 @@ class HeadSection(CalibrationSection):
     enabled: bool = False
 
 
+class DerivedSection(Section):
+    """A rendered derived profile's (shared/derive.render_profile: what `jevfleet serve` hands its
+    gateway and workers): the GGUF it was derived from, which stays its source (serving facts,
+    calibration record key), and the calibration record its scale and bias were read from. A
+    file without it (every hand-written one, and what `jevfleet profile` prints) is not derived."""
+    gguf: str = ""
+    calibration_record: str = ""
+
+
 class ProfileFile(Section):
     name: Text
     description: str = ""
@@ -96,6 +105,7 @@ class ProfileFile(Section):
     prompt: PromptSection
     calibration: CalibrationSection = CalibrationSection()
     head: HeadSection = HeadSection(scale=0.0)
+    derived: DerivedSection = DerivedSection()
 
 
 def refusal(exc: ValidationError) -> str:

@@ -89,7 +89,7 @@ def profile_from_file(raw: ProfileFile, source: Path, *, head: bool | None = Non
         raise ProfileError(f"profile {source}: head.file is empty (fit one with `jevfleet calibrate --head`)")
     cal = raw.head if use_head else raw.calibration  # the head's logit has a calibration of its own
     prompt = raw.prompt
-    return Profile(
+    profile = Profile(
         name=raw.name, description=raw.description, release_date=raw.release_date, licence=raw.licence,
         package=raw.model.package, package_file=raw.model.package_file, path=raw.model.path,
         add_bos=raw.model.add_bos, control=prompt.control, preamble=prompt.preamble, prefix=prompt.prefix,
@@ -100,6 +100,10 @@ def profile_from_file(raw: ProfileFile, source: Path, *, head: bool | None = Non
         no=prompt.no, scale=cal.scale, bias=cal.bias,
         head=str(source.parent / raw.head.file) if use_head else "", source=source,
     )
+    if raw.derived.gguf:  # a derived profile rendered to a file (shared/derive.render_profile): as derived
+        return dataclasses.replace(profile, source=Path(raw.derived.gguf), derived=True,
+                                   calibration_record=raw.derived.calibration_record)
+    return profile
 
 
 def answer_ids(tokenize: Callable[..., list[int]], words: tuple[str, ...]) -> list[int]:

@@ -34,6 +34,7 @@ def test_conformance_suite_passes_every_must_with_an_api_key(tmp_path, which):
     if which != "default":
         said = (tmp_path / "serve.out").read_text()
         assert "calibration scale = " in said and "none recorded" not in said, said
+        assert "serving it as " in said and "/profiles/SmolLM2-135M-Instruct" in said, said  # rendered for the children
     try:
         report = run(fleet.url, key=API_KEY, timeout=300)
     finally:

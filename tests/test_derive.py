@@ -17,10 +17,11 @@ import pytest
 from jevfleet.cli import main
 from jevfleet.harness.engine import model_of
 from shared.config import default_settings
-from shared.derive import FEW_SHOT, SYSTEM, boundary_holds, derive_data, derive_profile, serving_profile
+from shared.derive import (FEW_SHOT, SYSTEM, boundary_holds, derive_data, derive_profile, render_profile,
+                            serving_profile)
 from shared.gguf_file import read_gguf
 from shared.profile_file import profile_toml
-from shared.profiles import load_profile
+from shared.profiles import Profile, load_profile
 from worker.sanity import PAIRS, check_sanity, share_right
 
 PROMPT_KEYS = ("control", "preamble", "prefix", "suffix", "yes", "no", "default_question", "choice_question",
@@ -43,11 +44,11 @@ def test_a_file_that_is_not_a_gguf_is_refused(tmp_path, capsys):
     assert "not a GGUF file" in one_line_refusal(capsys, ["serve", "--model", str(path), "--run-dir", str(tmp_path)])
 
 
-def test_a_named_profile_takes_precedence_over_the_file():
+def test_a_named_profile_takes_precedence_over_the_file(tmp_path):
     """--profile with --model: the hand-written profile, its model replaced, the file never derived."""
-    profile = serving_profile("smollm2-135m", "/nonexistent/any.gguf")
+    profile = serving_profile("smollm2-135m", "/nonexistent/any.gguf", cache_dir=tmp_path)
     assert profile == load_profile("smollm2-135m") and not profile.derived
-    assert serving_profile("", "") == load_profile(FEW_SHOT)  # neither: the default
+    assert serving_profile("", "", cache_dir=tmp_path) == load_profile(FEW_SHOT)  # neither: the default
 
 
 def test_the_toml_written_reads_back_as_the_same_data():
@@ -55,6 +56,41 @@ def test_the_toml_written_reads_back_as_the_same_data():
             "prompt": {"preamble": 'two\nlines with """ and \\n\r\n', "yes": [" Yes", "yes"]},
             "calibration": {"scale": 1.0, "bias": -0.25}}
     assert tomllib.loads(profile_toml(data, "a header\nof two lines")) == data
+
+
+def derived_like(tmp_path: Path, **changes) -> Profile:
+    """A profile as derive_profile gives it and serving_profile calibrates it, without reading a
+    vocabulary: SmolLM2's hand-written chat profile (control tokens, a preamble of many lines)
+    marked derived from a GGUF in tmp_path."""
+    gguf_file = tmp_path / "mine.gguf"
+    gguf_file.write_bytes(b"GGUF stand-in")
+    return dataclasses.replace(load_profile("smollm2-135m"), name="mine", path=str(gguf_file), source=gguf_file,
+                               derived=True, **changes)
+
+
+def test_a_rendered_derived_profile_loads_back_as_the_same_profile_with_its_calibration(tmp_path):
+    """What serve hands its children: the file loads as the derived profile it was, its GGUF still its
+    source (the serving facts' digest, the calibration record's key) and its calibration kept."""
+    cache = tmp_path / "cache"
+    calibrated = derived_like(tmp_path, scale=0.8125, bias=-0.3, calibration_record=str(cache / "calibration/x.json"))
+    path = render_profile(calibrated, cache)
+    assert path.parent == cache / "profiles" and path.name.startswith("mine-") and path.suffix == ".toml"
+    loaded = load_profile(str(path))
+    assert loaded == calibrated and loaded.derived and loaded.source == tmp_path / "mine.gguf"
+    assert serving_profile(str(path), calibrated.path, cache_dir=cache) == calibrated  # as a child reads it
+    assert render_profile(calibrated, cache) == path  # named by content: the same profile, the same file
+    uncalibrated = dataclasses.replace(calibrated, scale=1.0, bias=0.0, calibration_record="")
+    assert render_profile(uncalibrated, cache) != path and load_profile(str(render_profile(uncalibrated, cache))) \
+        == uncalibrated
+    assert sorted(p.name for p in (cache / "profiles").iterdir()) == sorted(  # nothing half-written left
+        [path.name, render_profile(uncalibrated, cache).name])
+
+
+def test_only_a_derived_profile_is_rendered(tmp_path):
+    with pytest.raises(ValueError, match="only a derived profile"):
+        render_profile(load_profile("smollm2-135m"), tmp_path)
+    with pytest.raises(ValueError, match="only a derived profile"):  # a head's file would not go with it
+        render_profile(derived_like(tmp_path, head=str(tmp_path / "mine.head.npz")), tmp_path)
 
 
 def test_the_sanity_figure_compares_each_question_with_itself_and_counts_ties_as_half():
@@ -98,13 +134,13 @@ def copy_header(src: Path, dst: Path, changes: dict, arch: str = "") -> Path:
 
 
 @pytest.mark.model
-def test_smollm2s_file_alone_gives_the_hand_written_chat_profile(smollm2):
+def test_smollm2s_file_alone_gives_the_hand_written_chat_profile(smollm2, tmp_path):
     """Its chat template, rendered, cut and checked, is the prompt written by hand for it."""
     derived, written = derive_profile(smollm2), load_profile("smollm2-135m")
     assert derived.derived and derived.source == smollm2
     assert {k: getattr(derived, k) for k in PROMPT_KEYS} == {k: getattr(written, k) for k in PROMPT_KEYS}
     assert derived.add_bos == written.add_bos is False
-    assert serving_profile("", str(smollm2)) == derived  # serve --model with no profile
+    assert serving_profile("", str(smollm2), cache_dir=tmp_path) == derived  # serve --model, nothing calibrated
 
 
 @pytest.mark.model

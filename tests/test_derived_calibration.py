@@ -14,7 +14,7 @@ from jevfleet.harness.engine import model_of
 from quality.calibration import fit_platt, flat_bias
 from quality.derived import calibrated_serving_profile, cross_validated_skill
 from shared.config import default_settings, replace
-from shared.derive import calibration_record, derive_profile, serving_profile
+from shared.derive import calibration_record, derive_profile, render_profile, serving_profile
 
 PAIRS = [str(k // 2) for k in range(400)]  # 200 scenarios: a yes item and a no item each
 LABELS = np.array([True, False] * 200)
@@ -91,6 +91,8 @@ def test_the_first_serve_fits_and_records_it_and_every_gateway_reads_the_same_nu
     assert "calibrating" in capsys.readouterr().err  # progress on stderr
     # a gateway (no model loaded) reads the record; a second serve fits nothing
     assert serving_profile("", str(smollm2), cache_dir=settings.cache_path) == fitted
+    rendered = render_profile(fitted, settings.cache_path)  # as serve hands it to its gateway and workers
+    assert serving_profile(str(rendered), str(smollm2), cache_dir=settings.cache_path) == fitted
     monkeypatch.setattr(quality.derived, "LocalRunner", None)  # would raise if a fit were tried
     assert calibrated_serving_profile(settings) == fitted
     # another set is another record: the one kept for the old set is never read for it

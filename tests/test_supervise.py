@@ -4,8 +4,9 @@ at start stops it with the reason and exit 2 instead of being started again for 
 from __future__ import annotations
 
 import configparser
-import os
+import dataclasses
 import json
+import os
 import select
 import shutil
 import signal
@@ -21,6 +22,7 @@ from jevfleet.harness.net import free_port
 from jevfleet.supervise import render_supervisord_conf, serve
 from shared.config import PROJECT_ROOT, default_settings
 from shared.model_files import file_sha256
+from shared.profiles import load_profile
 from shared.refusal import MARK, REFUSED
 from tests.test_memory import header
 
@@ -51,6 +53,37 @@ def test_each_role_runs_its_programs_under_the_same_rules(tmp_path, role, progra
         assert conf[f"program:{name}"]["autorestart"] == "unexpected"
         assert (conf[f"program:{name}"]["exitcodes"], conf[f"program:{name}"]["startsecs"]) == ("0,2", "0")
     assert "supervisorctl" in conf and str(tmp_path) in conf["supervisord"]["logfile"]
+
+
+@pytest.mark.parametrize("role", ["all", "gateway", "workers"])
+def test_serve_hands_its_children_the_derived_profile_rendered_once(tmp_path, monkeypatch, role):
+    """serve derives (here: a stand-in for deriving) and calibrates once, renders the profile into
+    the cache dir and gives its gateway and workers the file's path as their `profile`: they load it
+    and serve exactly it. A workers-only host does not calibrate (its workers never apply one)."""
+    import jevfleet.supervise
+    import quality.derived
+
+    gguf_file = header(tmp_path / "mine.gguf", "llama", layers=2, embd=64, heads=4, kv_heads=4)
+    derived = dataclasses.replace(load_profile("gemma-3-270m"), name="mine", path=str(gguf_file), package="",
+                                  package_file="", source=gguf_file, derived=True)
+    fitted = dataclasses.replace(derived, scale=0.5, bias=0.25, calibration_record=str(tmp_path / "record.json"))
+    derivations = []
+    monkeypatch.setattr(jevfleet.supervise, "serving_profile",
+                        lambda *args, **kwargs: derivations.append(args) or derived)
+    if role == "workers":
+        monkeypatch.setattr(quality.derived, "calibrated", lambda *_: pytest.fail("a workers-only host calibrated"))
+    else:
+        monkeypatch.setattr(quality.derived, "calibrated", lambda _settings, profile: fitted)
+    handed = {}
+    monkeypatch.setattr(jevfleet.supervise, "supervise", lambda conf, socket: handed.update(os.environ) or 0)
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # serve exports the children's settings here
+    settings = default_settings(role=role, workers=1, model=str(gguf_file), cache_dir=str(tmp_path / "cache"),
+                                run_dir=str(tmp_path / "run"), endpoint="ipc:///nonexistent/gateway.ipc")
+    assert serve(settings) == 0 and derivations == [("", str(gguf_file))]
+    path = Path(handed["JEV_PROFILE"])
+    assert path.parent == tmp_path / "cache" / "profiles" and path.stem.startswith("mine-")
+    assert load_profile(str(path)) == (derived if role == "workers" else fitted)
+    assert handed["JEV_MODEL"] == str(gguf_file)  # the same file, so a child resolves the same model
 
 
 def test_a_workers_role_without_a_gateway_endpoint_is_refused(tmp_path, capsys):

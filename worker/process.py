@@ -86,7 +86,7 @@ class WorkerProcess:
             pin(placed.cores)
         self.cores, self.pinned, self.threads = placed.cores, placed.pinned, placed.threads
         self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
-        self.profile = serving_profile(settings.profile, settings.model)
+        self.profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
         self.engine: Engine | None = None  # built by the model thread

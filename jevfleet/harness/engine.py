@@ -24,7 +24,7 @@ def model_of(settings: Settings, profile_name: str = "") -> tuple[Profile, Path]
 @lru_cache(maxsize=8)
 def _model(profile_name: str, cache_path: Path, override: str) -> tuple[Profile, Path]:
     """Cached: resolving a packaged model checks the assembled file's SHA-256."""
-    profile = serving_profile(profile_name, override)
+    profile = serving_profile(profile_name, override, cache_dir=cache_path)
     return profile, resolve_model(profile, cache_path, override)
 
 
