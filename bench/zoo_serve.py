@@ -16,7 +16,8 @@ With --speed, each file that became ready is then measured beside llama-server o
 and cores, by the project's own benchmarks with JEV_MODEL=FILE, one after the other: bench.floor
 (first-seen W1/W3/W4 at one client, request by request: fleet ÷ floor and llama-server ÷ floor),
 loadtest.sweep (first-seen W1/W3/W4 at 1 and 4 clients: answers/s of both, into
-OUT/NAME/results.md) and bench.consistency (first-seen W1 at 1 vs 8 clients, bit for bit). Their
+OUT/NAME/results.md) and bench.consistency (first-seen W1 at 1 vs 8 clients, bit for bit, served
+uncalibrated: a random-weight file's fitted calibration is flat, so every P would be equal). Their
 sizes are cut for files that are 4-10x the default model (the arguments below). Not run by the
 tests; quote it with the load average.
 """
@@ -130,7 +131,9 @@ def speed(name: str, model: Path, out: Path, mode: str) -> None:
             ["bench.consistency", "--requests", "64", "--clients", "8", "--targets", "jevfleet"]]
     for run in runs:
         print(f"# {name}: python -m {' '.join(run)}  (load average {os.getloadavg()})", flush=True)
-        subprocess.run([sys.executable, "-m", *run], env=env, check=False)
+        # bit for bit on the raw margins: a random-weight file's calibration is flat (every P the same)
+        uncalibrated = {"JEV_DERIVED_CALIBRATION": "0"} if run[0] == "bench.consistency" else {}
+        subprocess.run([sys.executable, "-m", *run], env={**env, **uncalibrated}, check=False)
 
 
 def main(argv: list[str] | None = None) -> int:
