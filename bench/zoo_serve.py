@@ -124,7 +124,8 @@ def serve_once(model: Path, port: int, flags: list[str]) -> dict:
 def speed(name: str, model: Path, out: Path, mode: str) -> None:
     """bench.floor, the sweep and bench.consistency on this file, each printing its own figures."""
     env = {**os.environ, "JEV_MODEL": str(model), **({"JEV_MODE": mode} if mode else {})}
-    runs = [["bench.floor", "--requests", "W1-fresh=30,W3-fresh=40,W4-fresh=4"],
+    big = model.stat().st_size > 1.5 * 2**30  # the 2-4B files: half the requests, each 2-3x as long
+    runs = [["bench.floor", "--requests", "W1-fresh=15,W3-fresh=20,W4-fresh=2" if big else "W1-fresh=30,W3-fresh=40,W4-fresh=4"],
             ["loadtest.sweep", "--target", "jevfleet,llama-server", "--users", "1,4", "--workload",
              "W1-fresh,W3-fresh,W4-fresh", "--duration", "20s,W4-fresh=40s", "--rounds", "1",
              "--out", str(out / name)],
