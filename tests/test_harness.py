@@ -143,3 +143,34 @@ def test_health_ready_asks_for_every_worker_plain_health_for_any(tmp_path):
 
 def test_health_ready_is_200_once_every_worker_is_up(gateway):
     assert http("GET", gateway.url + "/health?ready")[0] == 200
+
+
+def test_a_kept_connection_the_server_closed_while_idle_is_opened_again():
+    """As the gateway closes a connection idle for header_timeout_s: the next request reconnects."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from jevfleet.harness.net import KeptConnection
+
+    class CloseAfterEach(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # kept open as far as the client knows, closed here after each
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CloseAfterEach)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        conn = KeptConnection(f"http://127.0.0.1:{server.server_address[1]}")
+        assert [conn.post("/", f"{k}".encode())[::2] for k in range(3)] == [(200, b"0"), (200, b"1"), (200, b"2")]
+        conn.close()
+    finally:
+        server.shutdown()

@@ -7,7 +7,7 @@ import json
 import socket
 import urllib.error
 import urllib.request
-from http.client import HTTPConnection
+from http.client import HTTPConnection, RemoteDisconnected
 from typing import Mapping
 from urllib.parse import urlsplit
 
@@ -60,10 +60,20 @@ class KeptConnection:
         self._conn = HTTPConnection(parts.hostname, parts.port, timeout=timeout)
 
     def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        """POST a JSON body already encoded: (status, headers, the body's bytes)."""
-        self._conn.request("POST", path, body, {"Content-Type": "application/json"})
-        resp = self._conn.getresponse()
-        return resp.status, dict(resp.headers), resp.read()
+        """POST a JSON body already encoded: (status, headers, the body's bytes). A connection the
+        server closed while it was idle (the gateway's keep-alive is header_timeout_s, 20 s; a
+        benchmark's turns on a large model are longer) is opened again and the request sent once
+        more, as pooled HTTP clients do: the server had not read it."""
+        for attempt in (1, 2):
+            try:
+                self._conn.request("POST", path, body, {"Content-Type": "application/json"})
+                resp = self._conn.getresponse()
+                return resp.status, dict(resp.headers), resp.read()
+            except (BrokenPipeError, ConnectionResetError, RemoteDisconnected):
+                self._conn.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def post_json(self, path: str, payload: object) -> tuple[int, dict[str, str], object]:
         status, headers, raw = self.post(path, json.dumps(payload).encode())
