@@ -127,7 +127,7 @@ def speed(name: str, model: Path, out: Path, mode: str) -> None:
     big = model.stat().st_size > 1.5 * 2**30  # the 2-4B files: half the requests, each 2-3x as long
     runs = [["bench.floor", "--requests", "W1-fresh=15,W3-fresh=20,W4-fresh=2" if big else "W1-fresh=30,W3-fresh=40,W4-fresh=4"],
             ["loadtest.sweep", "--target", "jevfleet,llama-server", "--users", "1,4", "--workload",
-             "W1-fresh,W3-fresh,W4-fresh", "--duration", "20s,W4-fresh=40s", "--rounds", "1",
+             "W1-fresh,W3-fresh,W4-fresh", "--duration", "20s,W3-fresh=90s,W4-fresh=60s", "--rounds", "1",
              "--out", str(out / name)],
             ["bench.consistency", "--requests", "64", "--clients", "8", "--targets", "jevfleet"]]
     for run in runs:
