@@ -89,8 +89,9 @@ def serve(settings: Settings) -> int:
     # Assemble the model once here, not in N workers racing for the lock.
     profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
     model = resolve_model(profile, settings.cache_path, settings.model)
-    settings = within_trained_context(settings, model)  # before memory is planned and children read ctx
-    try:  # as many workers as cores and memory allow, or those asked for if they fit
+    try:  # ctx within the file's reach (before memory is planned and children read it); as many workers
+        # as cores and memory allow, or those asked for if they fit
+        settings = within_trained_context(settings, model)
         workers = plan_workers(settings, model) if settings.role != "gateway" else settings.worker_count
     except MemoryRefusal as exc:
         print(f"jevfleet serve: {exc}", file=sys.stderr)

@@ -46,7 +46,7 @@ from shared.gguf_file import GgufFile, ModelFileError, read_gguf
 from shared.model_files import file_sha256
 from shared.profile_file import ModelSection, ProfileFile, PromptSection, profile_toml, refusal
 from shared.profiles import (Profile, ProfileError, encode_prefix, encode_suffix, load_profile,
-                             profile_from_file)
+                             profile_from_file, tokenize_after_text)
 
 DEFAULT_PROFILE = "gemma-3-270m"  # served when neither a profile nor a model file is named
 FEW_SHOT = "gemma-3-270m"  # a base model's profile; its preamble's examples become a chat's example turns
@@ -140,7 +140,7 @@ def _answer_words(gguf: GgufFile, prompt: str, special: bool, candidates: list[s
     before = gguf.tokenize(prompt, special=special)
     usable = []
     for word in candidates:
-        alone = gguf.tokenize(word)
+        alone = tokenize_after_text(gguf.tokenize, word)  # as answer_ids reads it
         if len(alone) == 1 and gguf.tokenize(prompt + word, special=special) == before + alone:
             usable.append(word)
     return usable
@@ -159,7 +159,7 @@ def _answers(gguf: GgufFile, prompt: str, special: bool, lead: str) -> dict[str,
             raise ModelFileError(f"model file {gguf.path}: no usable {key} token: none of {forms} is one token "
                                  "of its vocabulary where the answer goes")
         out[key] = usable[:1] + _answer_words(gguf, prompt, special, [usable[0].lower()])
-    ids = {key: {gguf.tokenize(w)[0] for w in words} for key, words in out.items()}
+    ids = {key: {tokenize_after_text(gguf.tokenize, w)[0] for w in words} for key, words in out.items()}
     if ids["yes"] & ids["no"]:
         raise ModelFileError(f"model file {gguf.path}: no usable yes/no tokens: yes {out['yes']} and "
                              f"no {out['no']} share a token")

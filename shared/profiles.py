@@ -112,7 +112,7 @@ def answer_ids(tokenize: Callable[..., list[int]], words: tuple[str, ...]) -> li
     a longer word. The one place gateway, worker and serving facts get them from."""
     ids = []
     for word in words:
-        tokens = tokenize(word)
+        tokens = tokenize_after_text(tokenize, word)  # an answer is read after the prompt
         if len(tokens) != 1:
             raise ProfileError(f"answer word {word!r} is {len(tokens)} tokens of this model's vocabulary, not one")
         ids.append(tokens[0])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter
+from gguf import GGUFValueType, GGUFWriter
 
 from shared.config import default_settings
 from worker.memory import (MIB, MemoryRefusal, context_cells, model_shape, plan_workers, snapshot_tokens,
@@ -14,7 +14,7 @@ from worker.memory import (MIB, MemoryRefusal, context_cells, model_shape, plan_
 
 
 def header(path: Path, arch: str, *, layers: int, embd: int, heads: int, kv_heads: int | list[int],
-           key_length: int = 0, vocab: int = 1000, ctx_train: int = 8192) -> Path:
+           key_length: int = 0, vocab: int = 1000, ctx_train: int = 8192, long_rope_from: int = 0) -> Path:
     """A GGUF with the hyperparameters memory depends on and one small tensor."""
     writer = GGUFWriter(str(path), arch)
     writer.add_block_count(layers)
@@ -27,6 +27,10 @@ def header(path: Path, arch: str, *, layers: int, embd: int, heads: int, kv_head
         writer.add_value_length(key_length)
     writer.add_token_list([f"t{i}" for i in range(vocab)])
     writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    if long_rope_from:  # Phi-3.5's LongRoPE: two sets of factors, the long ones past this context
+        writer.add_key_value(f"{arch}.rope.scaling.original_context_length", long_rope_from, GGUFValueType.UINT32)
+        for which in ("long", "short"):
+            writer.add_tensor(f"rope_factors_{which}.weight", np.ones(embd // heads // 2, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -99,3 +103,17 @@ def test_ctx_is_lowered_to_the_files_trained_context_and_never_raised(tmp_path, 
     assert "limited to its 4096 tokens" in capsys.readouterr().err
     assert within_trained_context(default_settings(ctx=2048), short).ctx == 2048
     assert capsys.readouterr().err == ""
+
+
+def test_a_longrope_files_context_stays_within_its_short_factors_reach(tmp_path, capsys):
+    phi = header(tmp_path / "phi.gguf", "phi3", layers=32, embd=3072, heads=32, kv_heads=32, ctx_train=131072,
+                 long_rope_from=4096)
+    settings = within_trained_context(default_settings(ctx=8192), phi)
+    shape = model_shape(phi)
+    assert shape.short_context == 4096 and 0 < settings.ctx < 4096
+    assert context_cells(settings.ctx, settings.batch_tokens, snapshot_tokens(settings, shape)) <= 4096
+    assert "short RoPE factors" in capsys.readouterr().err
+    assert within_trained_context(default_settings(ctx=1024), phi).ctx == 1024  # within reach: as it was
+    assert model_shape(header(tmp_path / "llama.gguf", "llama", layers=2, embd=256, heads=4, kv_heads=4)).short_context == 0
+    with pytest.raises(MemoryRefusal, match="short RoPE factors"):
+        within_trained_context(default_settings(state_cache_mb=2000), phi)

@@ -40,6 +40,7 @@ class ModelShape:
     kv_widths: tuple[int, ...]  # per layer: K width + V width (heads × head size), elements
     n_vocab: int
     n_ctx_train: int
+    short_context: int = 0  # a LongRoPE file's (Phi-3.5) original context: its short factors' reach; 0 = none
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -87,7 +88,9 @@ def model_shape(path: Path) -> ModelShape:
         tokens = lib.gguf_find_key(ctx, b"tokenizer.ggml.tokens")
         n_vocab = int(lib.gguf_get_arr_n(ctx, tokens)) if tokens >= 0 else 0
         n_ctx_train = _u32(lib, ctx, f"{arch}.context_length", 0)
-    return ModelShape(path.stat().st_size, n_layer, widths, n_vocab, n_ctx_train)
+        long_rope = lib.gguf_find_tensor(ctx, b"rope_factors_long.weight") >= 0
+        short = _u32(lib, ctx, f"{arch}.rope.scaling.original_context_length", n_ctx_train) if long_rope else 0
+    return ModelShape(path.stat().st_size, n_layer, widths, n_vocab, n_ctx_train, short)
 
 
 def tokens_in(mib: int, shape: ModelShape) -> int:
@@ -142,12 +145,34 @@ def within_trained_context(settings: Settings, model: Path) -> Settings:
     above it, said on stderr: no position is ever past what the model was trained on (llama.cpp
     only warns). Applied where settings meet a model file (jevfleet serve, in-process runs), before
     memory is planned and a gateway or worker reads ctx, so both refuse the same prompts."""
-    trained = model_shape(model).n_ctx_train
-    if not trained or settings.ctx <= trained:
+    shape = model_shape(model)
+    trained = shape.n_ctx_train
+    if trained and settings.ctx > trained:
+        print(f"jevfleet: ctx {settings.ctx} is above {model.name}'s trained context; prompts are limited to its "
+              f"{trained} tokens", file=sys.stderr, flush=True)
+        settings = replace(settings, ctx=trained)
+    return within_short_factors(settings, shape, model.name)
+
+
+def within_short_factors(settings: Settings, shape: ModelShape, name: str) -> Settings:
+    """A LongRoPE file (Phi-3.5: rope_factors_long and _short) is read with its long factors by
+    llama.cpp whenever the context's cells exceed the file's original context (4,096), whatever
+    the prompt's length, while the model was trained to read a prompt that short with the short
+    ones: every answer moved (a median 1.29 nats on the zoo's Phi-3.5-mini, where the exact
+    reading, a small context, took the short ones). So ctx is lowered until the worker's cells
+    fit in the original context, said on stderr."""
+    if not shape.short_context:
         return settings
-    print(f"jevfleet: ctx {settings.ctx} is above {model.name}'s trained context; prompts are limited to its "
-          f"{trained} tokens", file=sys.stderr, flush=True)
-    return replace(settings, ctx=trained)
+    others = context_cells(0, settings.batch_tokens, snapshot_tokens(settings, shape))
+    most = shape.short_context - others  # both multiples of 256 after context_cells' rounding
+    if settings.ctx <= most:
+        return settings
+    if most < 256:
+        raise MemoryRefusal(f"{name} reads with its short RoPE factors only within {shape.short_context} cells, and "
+                            f"batch_tokens and state_cache_mb take {others} of them: lower them")
+    print(f"jevfleet: {name} reads its short RoPE factors only while the context has at most "
+          f"{shape.short_context} cells; prompts are limited to {most} tokens", file=sys.stderr, flush=True)
+    return replace(settings, ctx=most)
 
 
 def plan_workers(settings: Settings, model: Path, available: int | None = None) -> int:
