@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += [(5, p, 1, False) for p in range(size - len(rows))]
             decode(rows)
         times.append((time.perf_counter() - t) * 1000)
-    print(f"repack={args.repack} tiled={args.tiled} shapes={args.shapes}{' shifted' if args.shift else ''}{f' outputs={args.outputs}' if args.outputs != '1' else ''}: "
+    label = (" shifted" if args.shift else "") + (f" outputs={args.outputs}" if args.outputs != "1" else "")
+    print(f"repack={args.repack} tiled={args.tiled} shapes={args.shapes}{label}: "
           f"{differed}/{args.trials - 1} layouts differ (largest logit gap {worst:.3g}); "
           f"384-token read in {size}-row pieces {min(times):.0f} ms (load {os.getloadavg()[0]:.1f})")
     return 0
