@@ -2,8 +2,7 @@
 file by everything it depends on (no model); and tiny files of architectures the shipped profiles
 do not have, built with the real tokenizers and chat templates: qwen2 (Q/K/V biases) served by the
 engine as a worker serves it (profile derived, readout within the canary's tolerance, answers
-bit-identical alone and among batch mates, and llama.cpp's own row of an answer whatever the number of
-answers in its micro-batch); phi3 (fused QKV and gate/up, its own output matrix)
+bit-identical alone and among batch mates); phi3 (fused QKV and gate/up, its own output matrix)
 so far refused at derivation (an expected failure, issue 38)."""
 from __future__ import annotations
 
@@ -110,24 +109,3 @@ def test_an_answer_is_bit_identical_alone_and_among_batch_mates(served):
              make_job(engine, profile, "Where is my parcel? It is a week late.", ["Is the parcel late?"])]
     engine.run(batch)
     assert np.isfinite(alone.margins).all() and again.margins == alone.margins
-
-
-@pytest.mark.model
-def test_llama_cpps_own_row_is_bit_identical_with_more_answers_in_its_micro_batch(served):
-    """llama.cpp runs the last layer's FFN on the output rows only, so the number of answers in a
-    micro-batch is a shape too (one row took the repacked Q4_K gemv, four the gemm). Compared on
-    llama.cpp's own logits of the answer row, which the readout's rounding of h cannot absorb."""
-    from worker.warmup import make_job
-
-    _, profile, engine = served
-    engine.readout.capture = np.arange(0, engine.n_vocab, 97)
-    engine.tap.full_logits = True
-    try:
-        alone = make_job(engine, profile, "My card was charged twice.", ["Is this about billing?"])
-        engine.run([alone], warm=True)
-        among = make_job(engine, profile, "My card was charged twice.", ["Is this about billing?"])
-        engine.run([make_job(engine, profile, "Hi", ["Is it a?", "Is it b?", "Is it c?"]), among,
-                    make_job(engine, profile, "Ok", ["Is it d?"])], warm=True)
-    finally:
-        engine.readout.capture, engine.tap.full_logits = None, False
-    assert np.array_equal(alone.reference[0][0], among.reference[0][0])
