@@ -2,6 +2,7 @@
 
     make bench-invariance [BENCH_ARGS="--model PATH.gguf"]   # every configuration of CONFIGS, one child each
     python -m bench.invariance --one [--repack 0|1] [--tiled 0|1] [--shapes 8,12,48] [--trials N] [--shift]
+                                     [--outputs 8,12]
 
 One process per configuration (ggml reads GGML_CPU_TILED_MM once). A target sequence of tokens
 is decoded again and again, each time cut differently and mixed with rows of other sequences so
@@ -10,7 +11,8 @@ logits of its last token (the whole vocabulary row) must match the first run bit
 how many layouts differed and by how much, and the time of a 384-token read in those shapes.
 With --shift every trial cuts the target alike (trial 0's layout) and only where its cells sit
 moves: trial k first fills k cells with another sequence, so the target's cells start k cells
-further on and its rows keep their places in the micro-batches.
+further on and its rows keep their places in the micro-batches. With --outputs the micro-batch of
+the target's last token has that many output rows (drawn from the list; trial 0: the first).
 Not run by the tests; docs/architecture.md says what it found.
 """
 from __future__ import annotations
@@ -28,11 +30,14 @@ import numpy as np
 from shared.config import env_var
 
 
-# (repack, tiled, shapes[, "--shift"]): the deterministic mode's rule (multiples of 4, 8..60), the
-# old deterministic mode (no repacking, no tiled matmul), shapes that break each kernel's rule, and
-# the target's cells moved under 60-row and 64-row micro-batches
-CONFIGS = [(1, 1, "8,12,20,28,36,44,52,60"), (1, 1, "60,8,12"), (1, 1, "16,32,48"), (0, 0, "32"),
-           (1, 1, "5,7,13,30"), (1, 1, "8,4"), (1, 1, "64"), (1, 1, "60", "--shift"), (1, 1, "64", "--shift")]
+# (repack, tiled, shapes, more arguments): the deterministic mode's rule (multiples of 4, 8..60), the
+# old deterministic mode (no repacking, no tiled matmul), shapes that break each kernel's rule, the
+# target's cells moved under 60-row and 64-row micro-batches, and the number of output rows beside
+# the target's (the last layer's FFN runs on them only) within the rule and outside it
+RULE = "8,12,20,28,36,44,52,60"
+CONFIGS = [(1, 1, RULE), (1, 1, "60,8,12"), (1, 1, "16,32,48"), (0, 0, "32"),
+           (1, 1, "5,7,13,30"), (1, 1, "8,4"), (1, 1, "64"), (1, 1, "60", "--shift"), (1, 1, "64", "--shift"),
+           (1, 1, RULE, "--outputs", "8,12,20"), (1, 1, RULE, "--outputs", "1,2,4,5")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shift", action="store_true", help="same layout each trial, the cells moved instead")
+    parser.add_argument("--outputs", default="1",
+                        help="allowed numbers of output rows in the micro-batch of the target's output row")
     parser.add_argument("--model", default="", help="a GGUF file (default: the configured profile's)")
     args = parser.parse_args(argv)
     if args.model:  # through the environment, so the configuration's children measure the same file
@@ -53,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.engine import model
 
         print(f"# python -m bench.invariance, {model()[1].name} (load {os.getloadavg()[0]:.1f})", flush=True)
-        for repack, tiled, shapes, *shift in CONFIGS:
+        for repack, tiled, shapes, *more in CONFIGS:
             subprocess.run([sys.executable, "-m", "bench.invariance", "--one", "--repack", str(repack), "--tiled",
                             str(tiled), "--shapes", shapes, "--trials", str(args.trials), "--threads",
-                            str(args.threads), *shift], check=True)
+                            str(args.threads), *more], check=True)
         return 0
     os.environ["GGML_CPU_TILED_MM"] = str(args.tiled)
     import llama_cpp as lib
@@ -64,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.engine import model  # after GGML_CPU_TILED_MM is set
 
     shapes = [int(s) for s in args.shapes.split(",")]
+    outputs = [int(s) for s in args.outputs.split(",")]
     lib.llama_backend_init()
     quiet = lib.llama_log_callback(lambda *_: None)  # kept alive while llama.cpp may call it
     lib.llama_log_set(quiet, None)
@@ -85,16 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     target = [2] + [rng.randrange(1000, 30000) for _ in range(70)]
 
-    def decode(rows: list[tuple[int, int, int, bool]]) -> np.ndarray | None:
-        """rows: (token, pos, seq, logits?); returns the logits row of the one flagged row."""
+    def decode(rows: list[tuple[int, int, int, int]]) -> np.ndarray | None:
+        """rows: (token, pos, seq, output: 0 no, 1 the target's, 2 another); returns the logits
+        row of the target's output row."""
         for i, (tok, pos, seq, out) in enumerate(rows):
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
-            batch.seq_id[i][0], batch.logits[i] = seq, out
+            batch.seq_id[i][0], batch.logits[i] = seq, bool(out)
         batch.n_tokens = len(rows)
         if lib.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
         for i, row in enumerate(rows):
-            if row[3]:
+            if row[3] == 1:
                 return np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
         return None
 
@@ -102,14 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         """The target's rows in order, cut at random, each micro-batch filled up with rows of
         other sequences before and after to a size from `shapes` (trial 0: target alone,
         first shape, the end padded)."""
-        stream = [(tok, pos, 0, pos == len(target) - 1) for pos, tok in enumerate(target)]
+        stream = [(tok, pos, 0, int(pos == len(target) - 1)) for pos, tok in enumerate(target)]
         fill_pos = {s: 0 for s in range(1, 6)}
 
         def filler(n: int) -> list[tuple[int, int, int, bool]]:
             out = []
             for _ in range(n):
                 seq = rng.randrange(1, 6)
-                out.append((rng.randrange(1000, 30000), fill_pos[seq], seq, False))
+                out.append((rng.randrange(1000, 30000), fill_pos[seq], seq, 0))
                 fill_pos[seq] += 1
             return out
 
@@ -120,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             before = 0 if trial == 0 else rng.randint(0, size - take)
             out.append(filler(before) + stream[at:at + take] + filler(size - take - before))
             at += take
+        last = out[-1]  # llama.cpp's last layer runs its FFN on the output rows only
+        wanted = min(len(last), outputs[0] if trial == 0 or len(outputs) == 1 else rng.choice(outputs))
+        if wanted > 1:
+            others = [i for i, row in enumerate(last) if not row[3]]
+            for i in rng.sample(others, wanted - 1):
+                last[i] = (*last[i][:3], 2)
         return out
 
     results, worst, differed = [], 0.0, 0
@@ -148,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += [(5, p, 1, False) for p in range(size - len(rows))]
             decode(rows)
         times.append((time.perf_counter() - t) * 1000)
-    print(f"repack={args.repack} tiled={args.tiled} shapes={args.shapes}{' shifted' if args.shift else ''}: "
+    label = (" shifted" if args.shift else "") + (f" outputs={args.outputs}" if args.outputs != "1" else "")
+    print(f"repack={args.repack} tiled={args.tiled} shapes={args.shapes}{label}: "
           f"{differed}/{args.trials - 1} layouts differ (largest logit gap {worst:.3g}); "
           f"384-token read in {size}-row pieces {min(times):.0f} ms (load {os.getloadavg()[0]:.1f})")
     return 0

@@ -1,7 +1,7 @@
 from hypothesis import given, strategies as st
 
 from shared.messages import suffix_tokens
-from worker.pieces import MIN_ROWS, ROW_STEP, piece_sizes, shared_rows, suffix_waves
+from worker.pieces import MIN_ROWS, ROW_STEP, output_rows, piece_sizes, shared_rows, suffix_waves
 
 
 @given(total=st.integers(1, 5000), ubatch=st.sampled_from([12, 16, 32, 48, 60]))
@@ -18,6 +18,19 @@ def test_examples():
     assert piece_sizes(60, 60) == [60]
     assert piece_sizes(61, 60) == [56, 8]
     assert piece_sizes(130, 60) == [60, 60, 12]
+
+
+@given(wanted=st.integers(0, 60), total=st.integers(1, 5000))
+def test_output_rows_are_none_or_a_piece_shape_that_holds_every_answer(wanted, total):
+    rows = piece_sizes(total, 60)[-1]
+    flagged = output_rows(min(wanted, rows), rows)
+    assert flagged == 0 if wanted == 0 else (flagged % ROW_STEP == 0 and min(wanted, rows) <= flagged <= rows
+                                            and flagged >= MIN_ROWS)
+
+
+def test_output_rows_examples():
+    assert [output_rows(n, 60) for n in (0, 1, 4, 8, 9, 13, 60)] == [0, 8, 8, 8, 12, 16, 60]
+    assert output_rows(3, 8) == 8 and output_rows(12, 12) == 12
 
 
 def test_suffix_waves_take_every_suffix_once_within_sequences_and_tokens():

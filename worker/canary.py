@@ -57,6 +57,8 @@ MATES = [("The meeting moved to Thursday.", ["Is the meeting on Monday?"]),
           ["Was the invoice paid?", "Was it paid in cash?", "Is the office in Lisbon?"]),
          ("Hi", ["Is this a greeting?"])]
 LAYOUTS = 12  # batch-mate layouts measured once per model file, CPU and build (shape_record)
+# The shape rules a record was measured under (part of its name: a record of older rules is not read)
+RULES = f"rows and output rows: multiples of {ROW_STEP} from {MIN_ROWS} to {UBATCH}"
 EXACT_PROMPTS = [PROBE, (MATES[0][0], MATES[0][1][0]), (MATES[1][0], MATES[1][1][0])]
 # The median of the served yes−no margins' distances from llama.cpp's exact reading of their tokens may
 # be this share of the exact margins' root mean square (their scale). Not a few hundredths: the exact
@@ -116,9 +118,9 @@ def layout_mates(k: int) -> list[tuple[str, list[str]]]:
 
 def shape_record(cache_dir: Path, model_sha256: str) -> Path:
     """Where the layouts measured for this model file, this CPU and this llama.cpp build are kept:
-    the three things that pick the kernels a row goes through."""
+    the three things that pick the kernels a row goes through; and the shape rules (RULES)."""
     lib = llama()
-    build = f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()}"
+    build = f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()} {RULES}"
     return cache_dir / "shapes" / f"{model_sha256[:16]}-{hashlib.sha256(build.encode()).hexdigest()[:16]}.json"
 
 
@@ -140,7 +142,7 @@ def _measure_once(engine: Engine, profile: Profile, alone: Job, record: Path) ->
         failure = exc
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"rows": f"multiples of {ROW_STEP} from {MIN_ROWS} to {UBATCH}",
+    tmp.write_text(json.dumps({"rules": RULES,
                                "layouts": LAYOUTS, "differed": failure is not None,
                                "profile": profile.name, "seconds": round(time.monotonic() - start, 1),
                                "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))

@@ -30,7 +30,7 @@ from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
 from worker.memory import WAVE_TOKENS, context_cells, model_shape, tokens_in
-from worker.pieces import Row, piece_sizes, shared_rows, suffix_waves, token_rows
+from worker.pieces import Row, output_rows, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 from worker.status import status_of
 
@@ -188,14 +188,21 @@ class Engine:
         return np.ctypeslib.as_array(llama().llama_get_logits(self.ctx_ptr), shape=(n_out, self.n_vocab))
 
     def _fill(self, rows: list[Row]) -> tuple[list[tuple[Any, int]], int]:
-        """Rows into the batch; returns (key, index among the output rows) per key, output rows."""
+        """Rows into the batch; returns (key, index among the output rows) per key, output rows.
+        Deterministic mode flags rows without keys as outputs too (the last ones first), as many
+        as make the output rows a shape of the rule (pieces.output_rows)."""
+        flags = [bool(keys) for _, _, _, keys in rows]
+        extra = output_rows(sum(flags), len(rows)) - sum(flags) if self.deterministic else 0
+        for row in reversed(range(len(rows))):
+            if extra and not flags[row]:
+                flags[row], extra = True, extra - 1
         b, outputs, n_out = self.batch, [], 0
         for row, (tok, pos, seqs, keys) in enumerate(rows):
-            b.token[row], b.pos[row], b.n_seq_id[row], b.logits[row] = tok, pos, len(seqs), bool(keys)
+            b.token[row], b.pos[row], b.n_seq_id[row], b.logits[row] = tok, pos, len(seqs), flags[row]
             for n, seq in enumerate(seqs):
                 b.seq_id[row][n] = seq
             outputs.extend((key, n_out) for key in keys)
-            n_out += bool(keys)
+            n_out += flags[row]
         b.n_tokens = len(rows)
         self.tap.hidden = None
         return outputs, n_out

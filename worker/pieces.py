@@ -6,7 +6,9 @@ micro-batch, and ggml's CPU backend picks kernels by a micro-batch's row count
 the rows left over one by one, the tiled K-quant matmul starts at 8 rows, llamafile's sgemm at
 2, and flash attention takes other paths for one row and for 64 or more. So every llama_decode
 holds a multiple of ROW_STEP rows, at least MIN_ROWS and fewer than 64; a stream that does not
-fill its last piece gets throwaway rows (the engine puts them in a scratch sequence).
+fill its last piece gets throwaway rows (the engine puts them in a scratch sequence). The output
+rows of a call are a micro-batch of their own in the model's last layer, so their number follows
+the same rule (output_rows).
 """
 from __future__ import annotations
 
@@ -31,6 +33,16 @@ def piece_sizes(total: int, ubatch: int) -> list[int]:
     if sizes[-1] < MIN_ROWS:  # 64 rows -> 56 + 8 (with ubatch 60), never a piece of 4
         sizes[-2:] = [ubatch - MIN_ROWS + sizes[-1], MIN_ROWS]
     return sizes
+
+
+def output_rows(wanted: int, rows: int) -> int:
+    """How many of a micro-batch's `rows` to flag as output rows when `wanted` of them give
+    answers. llama.cpp's graphs keep only the output rows before the last layer's FFN
+    (ggml_get_rows on out_ids, src/models/*.cpp), so its matmuls take kernels by their number:
+    none, or a multiple of ROW_STEP from MIN_ROWS (at most `rows`, a piece_sizes size)."""
+    if wanted == 0:
+        return 0
+    return min(rows, max(MIN_ROWS, -(-wanted // ROW_STEP) * ROW_STEP))
 
 
 def suffix_waves(suffix_lengths: list[list[int]], free_seqs: Sequence[int],
