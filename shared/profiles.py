@@ -126,11 +126,14 @@ def tokenize_after_text(tokenize: Callable[..., list[int]], text: str, *, specia
     tokenized alone would start with a token the whole prompt does not have. Such a vocabulary is
     known by "\n" being two tokens: the text is then read after a newline (a byte token that
     merges with nothing there) and the newline's ids taken off. Other vocabularies: as it is."""
+    def read(piece: str) -> list[int]:
+        return tokenize(piece, special=True) if special else tokenize(piece)
+
     lead = tokenize("\n")
     if len(lead) == 1:
-        return tokenize(text, special=special)
-    ids = tokenize("\n" + text, special=special)
-    return ids[len(lead):] if ids[:len(lead)] == lead else tokenize(text, special=special)
+        return read(text)
+    ids = read("\n" + text)
+    return ids[len(lead):] if ids[:len(lead)] == lead else read(text)
 
 
 def _strips(tokenize: Callable[..., list[int]], controls: list[str], beside: str, space: str, side: int) -> bool:
