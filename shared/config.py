@@ -100,7 +100,8 @@ class Settings(BaseSettings):
                                      "served uncalibrated")
     ctx: int = Field(8192, ge=1, description="longest prompt of one question, tokens; longer is refused, "
                                              "never truncated; lowered to the model file's trained context "
-                                             "when above it")
+                                             "when above it (a LongRoPE file's, Phi-3.5's: until the worker's "
+                                             "cells fit in its original context)")
     batch_tokens: int = Field(384, ge=1, description="token budget of one scheduler batch")
     threads: int = Field(0, ge=0, description="llama.cpp threads per worker; 0 = the number of cores it is "
                                               "pinned to")
