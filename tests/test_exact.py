@@ -24,6 +24,7 @@ def reader() -> ExactReader:
     reader = ExactReader(model, threads=2, yes=answer_ids(words, profile.yes), no=answer_ids(words, profile.no))
     reader.prompt = tokenize(vocab, profile.preamble + profile.prefix.format(state="The kettle arrived broken.")
                              + profile.suffix.format(question="Is the kettle damaged?"), add_bos=profile.add_bos)
+    reader.model = model
     yield reader
     reader.close()
     llama().llama_model_free(model)
@@ -39,3 +40,14 @@ def test_the_exact_reading_does_not_depend_on_the_cut(reader):
 def test_a_prompt_longer_than_the_reader_takes_is_refused(reader):
     with pytest.raises(ValueError, match="1 to"):
         reader.margin(reader.prompt * (MAX_TOKENS // len(reader.prompt) + 1))
+
+
+def test_a_reader_sized_for_longer_prompts_takes_them(reader):
+    """The start-up canary sizes its reader to its prompts (608 tokens with MiniCPM's template)."""
+    longer = (reader.prompt * (MAX_TOKENS // len(reader.prompt) + 1))[:MAX_TOKENS + 96]
+    wide = ExactReader(reader.model, threads=2, yes=reader.yes, no=reader.no, longest=MAX_TOKENS + 128)
+    try:
+        assert wide.margin(longer) == wide.margin(longer)  # read, and read alike again
+        assert wide.margin(reader.prompt) == reader.margin(reader.prompt)  # the size changes no reading
+    finally:
+        wide.close()

@@ -209,10 +209,11 @@ def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True) -> flo
     column = dict(zip(ids, range(len(ids))))
     served = np.array([logsumexp([job.features[0][column[t]] for t in job.yes_ids])
                        - logsumexp([job.features[0][column[t]] for t in job.no_ids]) for job in jobs])
+    prompts = [job.prefix + job.suffixes[0] for job in jobs]
     reader = ExactReader(engine.model, threads=llama().llama_n_threads(engine.ctx_ptr), yes=jobs[0].yes_ids,
-                         no=jobs[0].no_ids)
+                         no=jobs[0].no_ids, longest=-(-max(map(len, prompts)) // 64) * 64)
     try:
-        exact = np.array([reader.margin(job.prefix + job.suffixes[0]) for job in jobs])
+        exact = np.array([reader.margin(prompt) for prompt in prompts])
     finally:
         reader.close()
     scale = float(np.sqrt(np.mean(exact ** 2)))

@@ -18,7 +18,8 @@ from worker.engine import KV_TYPES
 from worker.head import logsumexp
 from worker.pieces import piece_sizes
 
-MAX_TOKENS = 512  # longest prompt one reader takes (the canary's and the bench's are ~300 tokens)
+MAX_TOKENS = 512  # longest prompt a reader takes by default (the bench's are ~300 tokens; the canary
+# sizes its reader to its prompts: 608 tokens with MiniCPM's template and Llama 2's 32k vocabulary)
 
 
 class ExactReader:
@@ -26,11 +27,12 @@ class ExactReader:
     type_k, type_v, flash: the exact reading by default; other values for the bench's variants."""
 
     def __init__(self, model, *, threads: int, yes: list[int], no: list[int], type_k: str = "f32",
-                 type_v: str = "f32", flash: bool = False) -> None:
+                 type_v: str = "f32", flash: bool = False, longest: int = MAX_TOKENS) -> None:
         lib = llama()
         cparams = lib.llama_context_default_params()
-        cparams.n_ctx = 2 * MAX_TOKENS
-        cparams.n_batch = cparams.n_ubatch = MAX_TOKENS
+        self.longest = longest  # the longest prompt it takes (its F32 cells cost: 0.8 MB a token on Phi-3.5)
+        cparams.n_ctx = 2 * longest
+        cparams.n_batch = cparams.n_ubatch = longest
         cparams.n_seq_max = 2  # the prompt, and the throwaway rows of a read in pieces
         cparams.n_outputs_max = 2  # llama.cpp wants one per sequence; one logits row is 1 MB with Gemma
         cparams.n_threads = cparams.n_threads_batch = threads
@@ -43,7 +45,7 @@ class ExactReader:
         if not self.ctx:
             raise RuntimeError("llama.cpp could not create a context for the exact reading")
         self.mem = lib.llama_get_memory(self.ctx)
-        self.batch = lib.llama_batch_init(MAX_TOKENS, 0, 1)
+        self.batch = lib.llama_batch_init(longest, 0, 1)
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
         self.yes, self.no = yes, no
 
@@ -51,8 +53,8 @@ class ExactReader:
         """The margin after `tokens`: read in one pass, or (pieces: the micro-batch cap) in the
         deterministic mode's pieces, the last one filled up with throwaway rows of sequence 1
         (pad) or left short, or (cut) in pieces of `cut` rows whatever the shape rules say."""
-        if not 0 < len(tokens) <= MAX_TOKENS:
-            raise ValueError(f"the exact reading takes 1 to {MAX_TOKENS} tokens, not {len(tokens)}")
+        if not 0 < len(tokens) <= self.longest:
+            raise ValueError(f"this exact reading takes 1 to {self.longest} tokens, not {len(tokens)}")
         lib = llama()
         lib.llama_memory_clear(self.mem, True)
         if cut:
