@@ -12,9 +12,11 @@ Only the gateway applies a calibration, and it has no model to fit one with. So 
 (and eval and decide, which answer in-process) fit it before anything is served and write it to
 cache_dir/calibration/, named by the model file, the prompt, the set and llama.cpp's version;
 every gateway started from the same cache then reads the same two numbers. It is fitted once per
-model file: 832 items, 44 s (Gemma) to 106 s (SmolLM2) on two cores, with a progress bar; a larger
-file is fitted on fewer (shared/derive.calibration_size: ~276 for a 1B file), so the fit takes
-about as long whatever the file.
+model file: 832 items, 44 s (Gemma) to 106 s (SmolLM2) on two cores, with a progress bar; a file
+whose forward passes cost more is fitted on fewer (shared/derive.calibration_size: its layer bytes
+times the tokens an item adds; ~240 items for Llama 3.2 1B, at least 128), so the fit takes about
+as long whatever the file. The sanity check a worker runs on a derived profile is skipped here:
+the fit asks hundreds of such items, and the workers started after it check again.
 
 Where the margins rank the items no better than chance, the fit is flat: a two-fold check on the
 fit split itself (by question, so a scenario's two texts stay together) must show Brier skill, else
@@ -37,12 +39,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from gateway.tokenizer import Tokenizer
 from quality.calibration import fit_platt, flat_bias
 from quality.items import Item, load_set
 from quality.local import LocalRunner
 from shared.config import Settings
 from shared.derive import (CALIBRATION_SET, calibration_record, calibration_size, serving_profile,
                            with_recorded_calibration)
+from shared.gguf_file import layer_bytes
 from shared.profiles import Profile, ProfileError
 from shared.refusal import reason
 
@@ -82,13 +86,15 @@ def calibrated(settings: Settings, profile: Profile) -> Profile:
 
 
 def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
-    items = spread(
-        [i for i in load_set(CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == TAG], calibration_size(profile.source))
+    pool = [i for i in load_set(CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == TAG]
+    tokens, layers = item_tokens(profile, pool), layer_bytes(profile.source)
+    items = spread(pool, calibration_size(layers, tokens))
     print(f"jevfleet: calibrating the profile derived from {profile.source.name} on {len(items)} yes/no items of "
-          f"{CALIBRATION_SET.name} (once per model file; kept in {record.parent})", file=sys.stderr, flush=True)
+          f"{CALIBRATION_SET.name} ({layers / 2**20:.0f} MiB of layers, {tokens:.1f} tokens an item; once per model "
+          f"file, kept in {record.parent})", file=sys.stderr, flush=True)
     start = time.monotonic()
     try:
-        runner = LocalRunner(settings, profile)
+        runner = LocalRunner(settings, profile, sanity=False)  # the fit is the larger check
     except RuntimeError as exc:  # the model thread's load failed: the canary refused it, or llama.cpp did
         raise CalibrationError(f"the profile derived from {profile.source.name} cannot be calibrated: "
                                f"{reason(exc.__cause__ or exc)}") from None  # the load's own, not the thread's wrapper
@@ -110,7 +116,8 @@ def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
         scale, bias = 0.0, flat_bias(labels)
     tmp = record.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({
-        "scale": scale, "bias": bias, "items": len(items), "set": CALIBRATION_SET.name, "split": "fit", "tag": TAG,
+        "scale": scale, "bias": bias, "items": len(items), "item_tokens": round(tokens, 2),
+        "layer_mib": round(layers / 2**20), "set": CALIBRATION_SET.name, "split": "fit", "tag": TAG,
         "two_fold_brier_skill": skill if math.isfinite(skill) else None,
         "model": str(profile.source.resolve()), "profile": profile.name,
         "seconds": round(time.monotonic() - start, 1),
@@ -118,6 +125,19 @@ def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
     os.replace(tmp, record)
     print(f"jevfleet: calibration scale = {scale:.4f}, bias = {bias:.4f} (two-fold Brier skill {skill:.3f}) "
           f"in {record}", file=sys.stderr, flush=True)
+
+
+def item_tokens(profile: Profile, items: list[Item]) -> float:
+    """The tokens an item adds to the kept preamble (its state in the prefix, its question in the
+    suffix), on average, as the gateway tokenizes them: what an item's forward pass reads."""
+    tokenizer = Tokenizer(profile.source, profile, threads=1)
+    try:
+        counts = [len(prefix) - tokenizer.preamble_tokens + len(suffixes[0]) for prefix, suffixes in (
+            tokenizer.encode_request(profile.preamble + profile.prefix.format(state=item.state),
+                                     [profile.suffix.format(question=item.question)]) for item in items)]
+    finally:
+        tokenizer.close()
+    return sum(counts) / max(len(counts), 1)
 
 
 def spread(items: list[Item], most: int) -> list[Item]:

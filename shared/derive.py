@@ -60,17 +60,23 @@ FIXED_DATE = datetime.datetime(2026, 1, 1)  # what strftime_now shows a template
 # The labelled set a derived profile's calibration is fitted on (its fit split's straightforward
 # yes/no items, as `jevfleet calibrate` fits a hand-written profile by default): eval/README.md.
 CALIBRATION_SET = PROJECT_ROOT / "eval" / "plain.jsonl"
-# How much of that set it is fitted on: items x MiB of model file, so the fit takes about the same
-# time for every file (its forward passes cost about the file's size): the whole fit split's 832
-# yes/no items for a file of up to 256 MiB (both files here), ~276 for a 1B file at Q4_K_M (~100 s on
-# two cores, where all 832 took 306 s), never fewer than CALIBRATION_MIN (a 3-4B file).
-CALIBRATION_WORK = 832 * 256
+# How much of that set it is fitted on: an item's forward pass costs about the file's layer bytes
+# (gguf_file.layer_bytes) times the tokens the item adds to the kept preamble, so the count keeps
+# that product: the whole fit split's 832 yes/no items for the two small files here, ~240 for Llama
+# 3.2 1B at Q4_K_M (565 MiB of layers, 29 tokens an item: ~0.3 s an item on two cores), and never
+# fewer than CALIBRATION_MIN (MiniCPM 1B: 713 MiB and 58 tokens, its 32k vocabulary cuts text finer).
+# quality/derived.py measures the tokens with the file's vocabulary; the record's key names the rule.
+CALIBRATION_WORK = 4_000_000  # items x MiB of layers x tokens an item
 CALIBRATION_MIN = 128
+CALIBRATION_RULE = f"{CALIBRATION_WORK} item-MiB-tokens, at least {CALIBRATION_MIN} items"
 
 
-def calibration_size(model: Path) -> int:
-    """The most items a derived profile of `model` is calibrated on (CALIBRATION_WORK)."""
-    return max(CALIBRATION_MIN, int(CALIBRATION_WORK * 2**20 / max(model.stat().st_size, 1)))
+def calibration_size(layer_bytes: int, item_tokens: float) -> int:
+    """The most items a derived profile is calibrated on, for a file with `layer_bytes` (gguf_file.
+    layer_bytes) whose items add `item_tokens` each on average (CALIBRATION_WORK)."""
+    return max(CALIBRATION_MIN, int(CALIBRATION_WORK * 2**20 / max(layer_bytes * item_tokens, 1)))
+
+
 _EXAMPLE = re.compile(r"Text: (.*)\nQuestion: (.*)\nAnswer: (.*)\n")
 
 
@@ -266,7 +272,7 @@ def calibration_record(cache_dir: Path, profile: Profile) -> Path | None:
         return None
     key = json.dumps([file_sha256(profile.source), profile.add_bos, profile.control, profile.preamble,
                       profile.prefix, profile.suffix, profile.yes, profile.no, file_sha256(CALIBRATION_SET),
-                      llama_cpp.__version__, calibration_size(profile.source)])
+                      llama_cpp.__version__, CALIBRATION_RULE])
     return cache_dir / "calibration" / f"{profile.source.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 

@@ -44,17 +44,16 @@ def test_the_flat_calibration_answers_the_base_rate_of_the_fit():
     assert fit_platt(np.arange(4.0), labels) == (0.0, flat_bias(labels))  # ranked the wrong way: flat
 
 
-def test_a_larger_file_is_fitted_on_fewer_whole_scenarios_of_every_kind(tmp_path):
+def test_a_costlier_file_is_fitted_on_fewer_whole_scenarios_of_every_kind():
     from collections import Counter
 
     from quality.items import load_set
 
     items = [i for i in load_set(shared.derive.CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == quality.derived.TAG]
-    big = tmp_path / "big.gguf"
-    with open(big, "wb") as f:
-        f.truncate(770 * 2**20)  # a 1B file at Q4_K_M
-    most = shared.derive.calibration_size(big)
-    assert 250 < most < 300 and shared.derive.calibration_size(shared.derive.CALIBRATION_SET) > len(items)
+    size, mib = shared.derive.calibration_size, 2**20
+    most = size(565 * mib, 29.4)  # Llama 3.2 1B at Q4_K_M: its layers' bytes, the tokens of an item
+    assert 200 < most < 300 and size(65 * mib, 32) > len(items)  # SmolLM2 135M: every item
+    assert size(565 * mib, 58.8) < most and size(713 * mib, 58.2) == shared.derive.CALIBRATION_MIN  # MiniCPM 1B
     picked = quality.derived.spread(items, most)
     assert most - 40 <= len(picked) <= most and quality.derived.spread(items, 10_000) == items
     scenarios = Counter(repr((i.kind, i.question)) for i in items)
@@ -88,6 +87,8 @@ def test_the_first_serve_fits_and_records_it_and_every_gateway_reads_the_same_nu
     assert fitted.calibration_record == str(record) and record.is_file()
     kept = json.loads(record.read_text())
     assert (fitted.scale, fitted.bias) == (kept["scale"], kept["bias"]) and kept["items"] == 24
+    # what the count was cut by: the layers (the file less its 49k-token embeddings), an item's tokens
+    assert 40 < kept["layer_mib"] < smollm2.stat().st_size / 2**20 - 20 and 15 < kept["item_tokens"] < 80
     assert "calibrating" in capsys.readouterr().err  # progress on stderr
     # a gateway (no model loaded) reads the record; a second serve fits nothing
     assert serving_profile("", str(smollm2), cache_dir=settings.cache_path) == fitted
