@@ -56,10 +56,11 @@ class LocalDecider:
     scheduler, answering request bodies. The engine uses every core this process may use unless
     settings.threads says otherwise; `profile` replaces the one settings name."""
 
-    def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
+    def __init__(self, settings: Settings, profile: Profile | None = None, *, sanity: bool = True) -> None:
         self.profile = profile or serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
         self.settings = within_trained_context(settings, resolve_model(self.profile, settings.cache_path,
                                                                        settings.model))
+        self._sanity = sanity  # build_engine's: off for the calibration fit
         self._waiting: dict[str, _Waiting] = {}
         self._lock = threading.Lock()
         # Loaded on the thread that will decode (worker/model_thread.py says why).
@@ -71,7 +72,7 @@ class LocalDecider:
         path = resolve_model(self.profile, self.settings.cache_path, self.settings.model)
         self.tokenizer = Tokenizer(path, self.profile, threads=1)
         self.engine: Engine = build_engine(self.settings, self.profile, path,
-                                           self.settings.threads or len(os.sched_getaffinity(0)))
+                                           self.settings.threads or len(os.sched_getaffinity(0)), sanity=self._sanity)
         return Scheduler.for_engine(self.engine, self.settings)
 
     def answer(self, raw: bytes) -> Future[Answer]:

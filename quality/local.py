@@ -20,8 +20,8 @@ from shared.profiles import Profile
 class LocalRunner:
     """Answers items with a model loaded in this process."""
 
-    def __init__(self, settings: Settings, profile: Profile | None = None) -> None:
-        self.decider = LocalDecider(settings, profile)
+    def __init__(self, settings: Settings, profile: Profile | None = None, *, sanity: bool = True) -> None:
+        self.decider = LocalDecider(settings, profile, sanity=sanity)
         self.profile, self.tokenizer, self.engine = self.decider.profile, self.decider.tokenizer, self.decider.engine
         self.features: dict[str, Any] = {}  # yes/no item id -> captured logits (engine.readout.capture)
         self.margins: dict[str, list[float]] = {}  # item id -> the raw margin of each of its jobs

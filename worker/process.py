@@ -51,11 +51,13 @@ CANNOT_START_LINGER_MS = 1000  # how long a worker that cannot start tries to te
 
 
 def build_engine(settings: Settings, profile: Profile, model_path: Path, threads: int, *,
-                 pin_preamble: bool = True, snapshot_tokens: int | None = None) -> Engine:
+                 pin_preamble: bool = True, snapshot_tokens: int | None = None, sanity: bool = True) -> Engine:
     """The engine as settings describe it, with the profile's preamble pinned in the snapshot
     cache (every prompt starts with it). Shared with the offline `decide` command and the
     harness; pin_preamble=False (benchmarks only) leaves the preamble unread, snapshot_tokens
-    (tests and benchmarks) sets the snapshots' cells in tokens instead of state_cache_mb."""
+    (tests and benchmarks) sets the snapshots' cells in tokens instead of state_cache_mb.
+    sanity=False skips a derived profile's sanity check (a warning, never a refusal): the
+    calibration fit asks hundreds of such items itself, and the worker checks again after it."""
     engine = Engine.from_settings(model_path, settings, threads=threads,
                                   head=load_head(Path(profile.head)) if profile.head else None,
                                   snapshot_tokens=snapshot_tokens)
@@ -70,7 +72,7 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
     exact = check_exact(engine, profile)
     log.info("start-up canary: served margins within %.1f %% of the margins' scale of llama.cpp's exact reading",
              100 * exact)
-    if profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
+    if sanity and profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
         log.info("sanity check of the derived profile: %.2f of its pairs the right way round",
                  check_sanity(engine, profile))
     return engine
