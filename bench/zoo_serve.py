@@ -1,7 +1,7 @@
 """Each zoo file served as a user would (issue 38): `jevfleet serve --model FILE` at its defaults,
 and what a user sees of it.
 
-    make bench-zoo-serve                  # or: python -m bench.zoo_serve [NAME ...] [--mode fast]
+    python -m bench.zoo_serve [NAME ...] [--mode fast]    # make bench-zoo adds --speed
 
 Per file (bench/zoo.py builds it first if it is not in the cache): the outcome (ready, or the
 one-line refusal and the exit status), seconds from the command to /health's "ready" (a file's
@@ -32,14 +32,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 
 from bench import zoo
+from jevfleet.harness.load import rss_kb
+from jevfleet.harness.net import post_json, probe
+from jevfleet.harness.processes import wait_until
 from shared.config import load_settings
 from shared.derive import calibration_record, derive_profile
+from shared.gguf_file import layer_bytes
 from shared.model_files import file_sha256
 
 READY_WITHIN_S = 1800  # a 4B file's first serve: load, shapes, calibration (a refusal comes in seconds)
@@ -49,11 +52,10 @@ BODY = {"model": "jev-latest", "state": "I was charged twice for the same order.
         "questions": {"billing": {"type": "noul", "instructions": "Is this a billing problem?"}}}
 
 
-def _get(url: str, body: dict | None = None) -> dict:
-    data = json.dumps(body).encode() if body else None
-    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return json.loads(response.read())
+def _health(port: int) -> dict:
+    """/health's body, or {} while nothing answers."""
+    status, _, body = probe("GET", f"http://127.0.0.1:{port}/health")
+    return json.loads(body) if status == 200 else {}
 
 
 def _rss_mib(serve: psutil.Process, role: str) -> list[int]:
@@ -62,8 +64,8 @@ def _rss_mib(serve: psutil.Process, role: str) -> list[int]:
     for proc in serve.children(recursive=True):
         try:
             if f"jevfleet {role}" in " ".join(proc.cmdline()):
-                out.append(round(proc.memory_info().rss / 2**20))
-        except psutil.NoSuchProcess:
+                out.append(round(rss_kb(proc.pid) / 1024))
+        except (psutil.NoSuchProcess, FileNotFoundError):
             continue
     return out
 
@@ -87,26 +89,22 @@ def serve_once(model: Path, port: int, flags: list[str]) -> dict:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     row: dict = {"file": model.name, "MiB": round(model.stat().st_size / 2**20)}
     try:
-        while time.monotonic() - start < READY_WITHIN_S:
-            if proc.poll() is not None:
-                lines = (run_dir / "serve.log").read_text().strip().splitlines()
-                row.update(outcome=f"exit {proc.returncode}", seconds=round(time.monotonic() - start, 1),
-                           line=lines[-1] if lines else "")
-                return row
-            try:
-                health = _get(f"http://127.0.0.1:{port}/health")
-            except OSError:
-                health = {}
-            if health.get("status") == "ready":
-                break
-            time.sleep(0.5)  # polling a process we do not own the events of, under a deadline
-        else:
+        try:
+            health = wait_until(lambda: _health(port), "ready", done=lambda h: h.get("status") == "ready",
+                                timeout=READY_WITHIN_S, every=0.5, proc=proc)
+        except RuntimeError:  # serve exited: a refusal, whose last line says why
+            lines = (run_dir / "serve.log").read_text().strip().splitlines()
+            row.update(outcome=f"exit {proc.returncode}", seconds=round(time.monotonic() - start, 1),
+                       line=lines[-1] if lines else "")
+            return row
+        except TimeoutError:
             row.update(outcome="not ready", seconds=READY_WITHIN_S)
             return row
         row["seconds"] = round(time.monotonic() - start, 1)
         serve = psutil.Process(proc.pid)
         row.update(outcome="ready", worker_rss=_rss_mib(serve, "worker"), gateway_rss=_rss_mib(serve, "gateway"),
-                   workers=len(health["workers"]), answer=_get(f"http://127.0.0.1:{port}/v1/systemone", BODY)["answers"])
+                   workers=len(health["workers"]),
+                   answer=post_json(f"http://127.0.0.1:{port}/v1/systemone", BODY, timeout=120)[2]["answers"])
         worker_log = "\n".join(p.read_text() for p in sorted(run_dir.glob("worker_*.log")))
         gap, exact = GAP.search(worker_log), EXACT.search(worker_log)
         row.update(readout_gap=float(gap.group(1)) if gap else None, exact_pct=float(exact.group(1)) if exact else None)
@@ -124,7 +122,7 @@ def serve_once(model: Path, port: int, flags: list[str]) -> dict:
 def speed(name: str, model: Path, out: Path, mode: str) -> None:
     """bench.floor, the sweep and bench.consistency on this file, each printing its own figures."""
     env = {**os.environ, "JEV_MODEL": str(model), **({"JEV_MODE": mode} if mode else {})}
-    big = model.stat().st_size > 1.5 * 2**30  # the 2-4B files: half the requests, each 2-3x as long
+    big = layer_bytes(model) > 2**30  # the 2-4B files: half the requests, each 2-3x as long
     runs = [["bench.floor", "--requests", "W1-fresh=15,W3-fresh=20,W4-fresh=2" if big else "W1-fresh=30,W3-fresh=40,W4-fresh=4"],
             ["loadtest.sweep", "--target", "jevfleet,llama-server", "--users", "1,4", "--workload",
              "W1-fresh,W3-fresh,W4-fresh", "--duration", "20s,W3-fresh=90s,W4-fresh=60s", "--rounds", "1",
