@@ -1,7 +1,7 @@
 """Each zoo file served as a user would (issue 38): `jevfleet serve --model FILE` at its defaults,
 and what a user sees of it.
 
-    python -m bench.zoo_serve [NAME ...] [--mode fast]    # make bench-zoo adds --speed
+    python -m bench.zoo_serve [NAME ...] [--mode fast] [--first]    # make bench-zoo adds --speed
 
 Per file (bench/zoo.py builds it first if it is not in the cache): the outcome (ready, or the
 one-line refusal and the exit status), seconds from the command to /health's "ready" (a file's
@@ -70,17 +70,33 @@ def _rss_mib(serve: psutil.Process, role: str) -> list[int]:
     return out
 
 
-def _calibration(model: Path) -> dict | None:
+def _calibration_record(model: Path) -> Path | None:
+    """Where the calibration of the profile derived from `model` is kept (None: it has none)."""
     try:
-        record = calibration_record(load_settings().cache_path, derive_profile(model))
+        return calibration_record(load_settings().cache_path, derive_profile(model))
     except Exception:  # a file whose profile cannot be derived has no calibration to show
         return None
+
+
+def _read(record: Path | None) -> dict | None:
     return json.loads(record.read_text()) if record and record.is_file() else None
+
+
+def forget(model: Path) -> list[Path]:
+    """Remove what a file's first serve records (its calibration, its exact-reading figures), so
+    that the next serve is a first one; the shape record (per CPU and build) is kept."""
+    cache = load_settings().cache_path
+    kept = [_calibration_record(model), *(cache / "exact").glob(f"{file_sha256(model)[:16]}-*.json")]
+    gone = [path for path in kept if path and path.is_file()]
+    for path in gone:
+        path.unlink()
+    return gone
 
 
 def serve_once(model: Path, port: int, flags: list[str]) -> dict:
     """Start, wait for ready or exit, measure, ask once, stop."""
-    fitted_before = _calibration(model)
+    record = _calibration_record(model)
+    fitted_before = _read(record)
     run_dir = Path(tempfile.mkdtemp(prefix="jev-zoo-"))
     cmd = [sys.executable, "-m", "jevfleet", "serve", "--model", str(model), "--port", str(port),
            "--run-dir", str(run_dir), *flags]
@@ -108,7 +124,7 @@ def serve_once(model: Path, port: int, flags: list[str]) -> dict:
         worker_log = "\n".join(p.read_text() for p in sorted(run_dir.glob("worker_*.log")))
         gap, exact = GAP.search(worker_log), EXACT.search(worker_log)
         row.update(readout_gap=float(gap.group(1)) if gap else None, exact_pct=float(exact.group(1)) if exact else None)
-        fitted = _calibration(model)
+        fitted = _read(record)
         if fitted and not fitted_before:
             row["calibrated_now"] = {"items": fitted["items"], "seconds": fitted["seconds"]}
         return row
@@ -141,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8117)
     parser.add_argument("--mode", default="", help="serve's --mode (default: the setting's, deterministic)")
     parser.add_argument("--speed", action="store_true", help="then bench.floor, loadtest.sweep and bench.consistency")
+    parser.add_argument("--first", action="store_true", help="forget each file's calibration and exact-reading "
+                        "records, serve it (a first serve), then serve it again (a later start)")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/zoo"), help="the sweeps' results")
     args = parser.parse_args(argv)
     names = args.names or [n for n in zoo.RECIPES if not n.endswith("-tiny")]
@@ -148,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {os.getloadavg()}", flush=True)
     for name in names:
         model = zoo.build(name, zoo.zoo_dir())
-        row = serve_once(model, args.port, flags)
-        row["sha256"] = file_sha256(model)[:12]
-        print(json.dumps({"name": name, **row}), flush=True)
+        if args.first:
+            print(f"# {name}: forgot {', '.join(p.name for p in forget(model)) or 'nothing'}", flush=True)
+        for start in ("first", "later") if args.first else ("",):
+            row = serve_once(model, args.port, flags)
+            row["sha256"] = file_sha256(model)[:12]
+            print(json.dumps({"name": name, **({"start": start} if start else {}), **row}), flush=True)
         if args.speed and row["outcome"] == "ready":
             speed(name, model, args.out, args.mode)
     print(f"load average at end: {os.getloadavg()}", flush=True)

@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from gateway.tokenizer import Tokenizer
 from quality.calibration import fit_platt, flat_bias
 from quality.items import Item, load_set
 from quality.local import LocalRunner
@@ -86,18 +85,19 @@ def calibrated(settings: Settings, profile: Profile) -> Profile:
 
 
 def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
-    pool = [i for i in load_set(CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == TAG]
-    tokens, layers = item_tokens(profile, pool), layer_bytes(profile.source)
-    items = spread(pool, calibration_size(layers, tokens))
-    print(f"jevfleet: calibrating the profile derived from {profile.source.name} on {len(items)} yes/no items of "
-          f"{CALIBRATION_SET.name} ({layers / 2**20:.0f} MiB of layers, {tokens:.1f} tokens an item; once per model "
-          f"file, kept in {record.parent})", file=sys.stderr, flush=True)
+    print(f"jevfleet: calibrating the profile derived from {profile.source.name} (once per model file, kept in "
+          f"{record.parent}): loading it as a worker does", file=sys.stderr, flush=True)
     start = time.monotonic()
     try:
         runner = LocalRunner(settings, profile, sanity=False)  # the fit is the larger check
     except RuntimeError as exc:  # the model thread's load failed: the canary refused it, or llama.cpp did
         raise CalibrationError(f"the profile derived from {profile.source.name} cannot be calibrated: "
                                f"{reason(exc.__cause__ or exc)}") from None  # the load's own, not the thread's wrapper
+    pool = [i for i in load_set(CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == TAG]
+    tokens, layers = item_tokens(runner, pool), layer_bytes(profile.source)
+    items = spread(pool, calibration_size(layers, tokens))
+    print(f"jevfleet: calibrating on {len(items)} yes/no items of {CALIBRATION_SET.name} ({layers / 2**20:.0f} MiB "
+          f"of layers, {tokens:.1f} tokens an item)", file=sys.stderr, flush=True)
     try:
         with tqdm(total=len(items), desc="calibrating", unit="q", file=sys.stderr) as bar:
             outcomes = runner.ask(items, bar.update)
@@ -127,16 +127,11 @@ def _fit_and_record(settings: Settings, profile: Profile, record: Path) -> None:
           f"in {record}", file=sys.stderr, flush=True)
 
 
-def item_tokens(profile: Profile, items: list[Item]) -> float:
-    """The tokens an item adds to the kept preamble (its state in the prefix, its question in the
-    suffix), on average, as the gateway tokenizes them: what an item's forward pass reads."""
-    tokenizer = Tokenizer(profile.source, profile, threads=1)
-    try:
-        counts = [len(prefix) - tokenizer.preamble_tokens + len(suffixes[0]) for prefix, suffixes in (
-            tokenizer.encode_request(profile.preamble + profile.prefix.format(state=item.state),
-                                     [profile.suffix.format(question=item.question)]) for item in items)]
-    finally:
-        tokenizer.close()
+def item_tokens(runner: LocalRunner, items: list[Item]) -> float:
+    """The tokens an item adds to the kept preamble (its state and its question), on average, as
+    the gateway renders and tokenizes it (the runner's request path): what its forward pass reads."""
+    counts = [runner.decider.prepare(item.request(runner.profile.name))[1].count - runner.tokenizer.preamble_tokens
+              for item in items]
     return sum(counts) / max(len(counts), 1)
 
 

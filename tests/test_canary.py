@@ -90,7 +90,8 @@ def test_the_served_margins_are_llama_cpps_exact_reading_within_the_tolerance(en
     """Within the spread of the exact reading itself (worker/canary.py's EXACT_TOLERANCE)."""
     profile, _ = default_model()
     held = engine.status.snapshot_keys
-    assert check_exact(engine, profile) <= EXACT_TOLERANCE
+    report = check_exact(engine, profile)
+    assert report.measured and report.share <= EXACT_TOLERANCE
     assert engine.status.snapshot_keys == held and engine.readout.capture is None
 
 
@@ -102,4 +103,25 @@ def test_margins_that_drift_from_the_exact_reading_are_refused(engine, monkeypat
     monkeypatch.setattr(ExactReader, "margin", lambda self, tokens, **kw: margin(self, tokens, **kw) + 1.0)
     with pytest.raises(CanaryError, match="exact reading"):
         check_exact(engine, profile)
-    assert check_exact(engine, profile, refuse=False) > EXACT_TOLERANCE
+    assert check_exact(engine, profile, refuse=False).share > EXACT_TOLERANCE
+
+
+def test_the_exact_figures_are_measured_once_then_read_until_something_they_depend_on_changes(engine, tmp_path,
+                                                                                             monkeypatch):
+    profile, _ = default_model()
+    first = check_exact(engine, profile, cache_dir=tmp_path, model_sha256="ab" * 32)
+    (record,) = (tmp_path / "exact").iterdir()
+    assert first.measured and record.name.startswith("abababababababab-")
+
+    def unread(self, tokens, **kw):
+        raise AssertionError("the exact reading ran again")
+
+    monkeypatch.setattr(ExactReader, "margin", unread)
+    again = check_exact(engine, profile, cache_dir=tmp_path, model_sha256="ab" * 32)
+    assert (again.measured, again.share) == (False, first.share)
+    with pytest.raises(AssertionError, match="ran again"):  # another model file: measured, not read
+        check_exact(engine, profile, cache_dir=tmp_path, model_sha256="cd" * 32)
+    figures = json.loads(record.read_text())
+    record.write_text(json.dumps({**figures, "gap": figures["scale"]}))  # a record of margins that drifted
+    with pytest.raises(CanaryError, match="exact reading"):
+        check_exact(engine, profile, cache_dir=tmp_path, model_sha256="ab" * 32)

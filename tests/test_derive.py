@@ -215,6 +215,23 @@ def test_a_vocabulary_without_a_yes_token_is_refused(smollm2, tmp_path, capsys):
 
 
 @pytest.mark.model
+def test_a_worker_runs_the_sanity_check_only_on_a_derived_profile_served_uncalibrated(smollm2, tmp_path,
+                                                                                     monkeypatch):
+    """A calibrated one's fit asked hundreds of items (and the fit itself passes sanity=False)."""
+    import worker.process
+    from worker.process import build_engine
+
+    checked = []
+    monkeypatch.setattr(worker.process, "check_sanity", lambda engine, profile: checked.append(profile) or 1.0)
+    settings = default_settings(model=str(smollm2), ctx=1024, state_cache=0)
+    uncalibrated = dataclasses.replace(model_of(settings)[0], calibration_record="")
+    calibrated = dataclasses.replace(uncalibrated, calibration_record=str(tmp_path / "fit.json"))
+    for profile, sanity in ((calibrated, True), (uncalibrated, False), (uncalibrated, True)):
+        build_engine(settings, profile, smollm2, 2, sanity=sanity).close()
+    assert checked == [uncalibrated]
+
+
+@pytest.mark.model
 def test_the_sanity_check_warns_with_its_figure_when_answers_rank_at_chance(smollm2, caplog):
     """The same profile with yes and no swapped orders every pair the other way round, so one of
     the two is at or below chance and gets the warning, with its figure in it."""

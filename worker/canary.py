@@ -16,7 +16,10 @@ model, this build of llama.cpp and this CPU what its answers rest on, instead of
   the shape rules were read from the kernels Gemma's weights take and measured on one CPU, and a
   GGUF of other weight types or another CPU may take kernels with rules of their own. The result
   is kept under cache_dir/shapes/ by model digest and CPU flags (shape_record), so the
-  measurement runs once; a record of a margin that moved refuses deterministic mode at once.
+  measurement runs once; a record of a margin that moved refuses deterministic mode at once;
+- the served margins of three prompts against llama.cpp's most exact reading of their tokens
+  (check_exact), kept under cache_dir/exact/ by everything both readings depend on (exact_record):
+  measured on the first start of a file (or by its calibration fit), read on later ones.
 
 Invariant: a worker whose canary fails does not serve; the error names the check in one line.
 The canary's runs are warm runs (worker/engine.py): no snapshot is left behind.
@@ -37,7 +40,7 @@ import numpy as np
 from shared.llama import llama
 from shared.profiles import Profile
 from worker.engine import UBATCH, Engine
-from worker.exact import ExactReader
+from worker.exact import ExactReader, reader_length
 from worker.head import logsumexp
 from worker.job import Job
 from worker.pieces import MIN_ROWS, ROW_STEP
@@ -116,12 +119,29 @@ def layout_mates(k: int) -> list[tuple[str, list[str]]]:
              [f"Is it {rng.choice(words)}?" for _ in range(rng.randint(1, 3))]) for _ in range(rng.randint(1, 3))]
 
 
+def _build() -> str:
+    """This CPU, this llama.cpp build and the shape rules (RULES): what picks the kernels a row goes
+    through."""
+    lib = llama()
+    return f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()} {RULES}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _keep(record: Path, figures: dict) -> None:
+    """Write a record whole (several workers may measure at once: each writes all of it)."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({**figures, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+    os.replace(tmp, record)
+
+
 def shape_record(cache_dir: Path, model_sha256: str) -> Path:
     """Where the layouts measured for this model file, this CPU and this llama.cpp build are kept:
     the three things that pick the kernels a row goes through; and the shape rules (RULES)."""
-    lib = llama()
-    build = f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()} {RULES}"
-    return cache_dir / "shapes" / f"{model_sha256[:16]}-{hashlib.sha256(build.encode()).hexdigest()[:16]}.json"
+    return cache_dir / "shapes" / f"{model_sha256[:16]}-{_digest(_build())}.json"
 
 
 def _measure_once(engine: Engine, profile: Profile, alone: Job, record: Path) -> int:
@@ -140,13 +160,8 @@ def _measure_once(engine: Engine, profile: Profile, alone: Job, record: Path) ->
             _moved_among(engine, profile, alone, mates, k % (len(mates) + 1))
     except CanaryError as exc:
         failure = exc
-    record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"rules": RULES,
-                               "layouts": LAYOUTS, "differed": failure is not None,
-                               "profile": profile.name, "seconds": round(time.monotonic() - start, 1),
-                               "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
-    os.replace(tmp, record)  # several workers may measure at once: each writes the whole record
+    _keep(record, {"rules": RULES, "layouts": LAYOUTS, "differed": failure is not None, "profile": profile.name,
+                   "seconds": round(time.monotonic() - start, 1)})
     if failure:
         raise failure
     return LAYOUTS
@@ -193,13 +208,30 @@ def run_canary(engine: Engine, profile: Profile, record: Path | None = None) -> 
                         layouts_measured=measured, seconds=time.monotonic() - started)
 
 
-def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True) -> float:
-    """EXACT_PROMPTS answered by the engine (yes−no margins from h, whatever head it serves) and
-    read by llama.cpp's most exact reading of the same tokens (worker/exact.py): CanaryError
-    (when `refuse`) when the median distance is more than EXACT_TOLERANCE × the exact margins'
-    root mean square, the margins' scale, which differs from model to model. Returns that median
-    distance over the scale."""
-    jobs = [make_job(engine, profile, state, [question]) for state, question in EXACT_PROMPTS]
+@dataclass(frozen=True)
+class ExactReport:
+    share: float  # median |served margin − exact margin| over the exact margins' scale
+    measured: bool  # False: read from the record of an earlier start (exact_record)
+
+
+def exact_record(cache_dir: Path, model_sha256: str, engine: Engine, head: str, prompts: list[list[int]]) -> Path:
+    """Where check_exact's figures are kept: by model file, build (_build), the engine's mode,
+    threads and cells, the head file and the prompts' tokens (the profile's rendering and answer
+    tokens), everything the served and the exact margins of these tokens depend on. The same
+    inputs give the same figures, so a worker started after another, or after the calibration fit
+    that loads the model as a worker does, reads them instead of spending the check's two readings
+    of three ~600-token prompts again (33 s of MiniCPM 1B's 75 s start)."""
+    lib = llama()
+    head_digest = hashlib.sha256(Path(head).read_bytes()).hexdigest() if head else ""
+    key = json.dumps([_build(), engine.deterministic, lib.llama_n_threads(engine.ctx_ptr),
+                      lib.llama_n_ctx(engine.ctx_ptr), head_digest, prompts])
+    return cache_dir / "exact" / f"{model_sha256[:16]}-{_digest(key)}.json"
+
+
+def _exact_figures(engine: Engine, jobs: list[Job], prompts: list[list[int]]) -> tuple[float, float]:
+    """The median distance of the served margins from the exact ones, and the exact margins' root
+    mean square: the jobs answered by the engine (yes−no margins from h, whatever head it serves)
+    and their prompts read by llama.cpp's most exact reading (worker/exact.py)."""
     ids = sorted(set(jobs[0].yes_ids) | set(jobs[0].no_ids))
     saved_capture, engine.readout.capture = engine.readout.capture, np.array(ids, dtype=np.int64)
     try:
@@ -209,17 +241,34 @@ def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True) -> flo
     column = dict(zip(ids, range(len(ids))))
     served = np.array([logsumexp([job.features[0][column[t]] for t in job.yes_ids])
                        - logsumexp([job.features[0][column[t]] for t in job.no_ids]) for job in jobs])
-    prompts = [job.prefix + job.suffixes[0] for job in jobs]
     reader = ExactReader(engine.model, threads=llama().llama_n_threads(engine.ctx_ptr), yes=jobs[0].yes_ids,
-                         no=jobs[0].no_ids, longest=-(-max(map(len, prompts)) // 64) * 64)
+                         no=jobs[0].no_ids, longest=reader_length(max(map(len, prompts))))
     try:
         exact = np.array([reader.margin(prompt) for prompt in prompts])
     finally:
         reader.close()
-    scale = float(np.sqrt(np.mean(exact ** 2)))
-    gap = float(np.median(np.abs(served - exact)))
+    return float(np.median(np.abs(served - exact))), float(np.sqrt(np.mean(exact ** 2)))
+
+
+def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True, cache_dir: Path | None = None,
+                model_sha256: str = "") -> ExactReport:
+    """EXACT_PROMPTS served and read exactly (_exact_figures), or their figures read from
+    exact_record when `cache_dir` is given and they were kept there: CanaryError (when `refuse`)
+    when the median distance is more than EXACT_TOLERANCE × the exact margins' scale, which
+    differs from model to model."""
+    jobs = [make_job(engine, profile, state, [question]) for state, question in EXACT_PROMPTS]
+    prompts = [job.prefix + job.suffixes[0] for job in jobs]
+    record = exact_record(cache_dir, model_sha256, engine, profile.head, prompts) if cache_dir else None
+    measured = record is None or not record.is_file()
+    if measured:
+        gap, scale = _exact_figures(engine, jobs, prompts)
+        if record:
+            _keep(record, {"gap": gap, "scale": scale, "profile": profile.name})
+    else:
+        figures = json.loads(record.read_text())
+        gap, scale = figures["gap"], figures["scale"]
     if refuse and not gap <= EXACT_TOLERANCE * scale:
         raise CanaryError(f"start-up canary: served margins differ from llama.cpp's exact reading of the same tokens "
                           f"by {gap:.3g} nats (median), more than {EXACT_TOLERANCE:.0%} of the margins' scale "
                           f"{scale:.3g}: the model file, the readout or the llama.cpp build reads prompts otherwise")
-    return gap / scale
+    return ExactReport(share=gap / scale, measured=measured)

@@ -56,23 +56,25 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
     cache (every prompt starts with it). Shared with the offline `decide` command and the
     harness; pin_preamble=False (benchmarks only) leaves the preamble unread, snapshot_tokens
     (tests and benchmarks) sets the snapshots' cells in tokens instead of state_cache_mb.
-    sanity=False skips a derived profile's sanity check (a warning, never a refusal): the
-    calibration fit asks hundreds of such items itself, and the worker checks again after it."""
+    A derived profile's sanity check (a warning, never a refusal) runs only where nothing larger
+    has asked the model: not on a calibrated one (its fit asked hundreds of such items and
+    recorded a two-fold Brier skill), and not in the fit itself (sanity=False)."""
     engine = Engine.from_settings(model_path, settings, threads=threads,
                                   head=load_head(Path(profile.head)) if profile.head else None,
                                   snapshot_tokens=snapshot_tokens)
     if pin_preamble:
         engine.pin(preamble_tokens(engine.tokenize, profile))
-    record = shape_record(settings.cache_path, file_sha256(model_path)) if engine.deterministic else None
+    sha = file_sha256(model_path)
+    record = shape_record(settings.cache_path, sha) if engine.deterministic else None
     report = run_canary(engine, profile, record)  # CanaryError: this engine must not answer (worker/canary.py)
     log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own "
              "(of its largest logit), %s", report.seconds * 1000, report.output_type, report.max_logit_gap,
              f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
              if engine.deterministic else "fast mode: not bit-checked")
-    exact = check_exact(engine, profile)
-    log.info("start-up canary: served margins within %.1f %% of the margins' scale of llama.cpp's exact reading",
-             100 * exact)
-    if sanity and profile.derived:  # checked from the file alone so far: does the model answer? (a warning if not)
+    exact = check_exact(engine, profile, cache_dir=settings.cache_path, model_sha256=sha)
+    log.info("start-up canary: served margins within %.1f %% of the margins' scale of llama.cpp's exact reading "
+             "(%s)", 100 * exact.share, "measured now" if exact.measured else "as measured at an earlier start")
+    if sanity and profile.derived and not profile.calibration_record:  # does the model answer? (a warning if not)
         log.info("sanity check of the derived profile: %.2f of its pairs the right way round",
                  check_sanity(engine, profile))
     return engine

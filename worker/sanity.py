@@ -5,7 +5,9 @@ A profile derived from a file is checked for everything the file itself can tell
 boundary, answer tokens); whether the model then answers is something only the model can show.
 A file that fits the checks and still answers at chance would otherwise look like a working
 fleet. It is a warning, not a refusal: a weak model is still a model the user chose, and twelve
-pairs are a smoke test, not a measurement (`jevfleet eval` is that).
+pairs are a smoke test, not a measurement (`jevfleet eval` is that). It runs only where a derived
+profile is served uncalibrated (worker/process.py's build_engine): a calibration fit asks hundreds
+of items and keeps a two-fold Brier skill, the larger check of the same thing.
 
 Each pair is one question asked of two texts, one where the answer is yes and one where it is no,
 worded as plainly as eval/plain.jsonl's straightforward items and unlike the prompt's examples.
