@@ -52,7 +52,7 @@ from worker.warmup import make_job
 
 SHAPES = ((2,), (16,), (48,), (16, 16, 16))
 DEFAULTS = Settings()
-# (ctx, snapshot tokens) of a default worker: state_cache_mb in the default model's tokens
+# (ctx, snapshot tokens) of a default worker: the snapshot budget in the default model's tokens
 DEFAULT_CACHE = (DEFAULTS.ctx, snapshot_tokens(DEFAULTS, model_shape(model()[1])))
 WIDTHS = (6000, 20000)  # cells of another sequence below a read (kv_width)
 STATE_TOKENS, QUESTIONS = 540, 6  # context_cost: a W2-sized state, and questions of 10 rows on it

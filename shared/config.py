@@ -110,9 +110,13 @@ class Settings(BaseSettings):
                                      "depend on the batch's shape)")
     state_cache: int = Field(16, ge=0, le=MAX_STATE_CACHE, description="state snapshots (KV-cache prefixes) "
                                                                        "kept per worker; 0 = off")
-    state_cache_mb: int = Field(144, ge=0, description="per worker: KV cells (MiB) all state snapshots may hold "
-                                                       "together, in tokens as many as the model's KV cache "
-                                                       "fits (8,192 of Gemma 3 270M, 4,608 of Llama 3.2 1B)")
+    state_cache_mb: int = Field(0, ge=0, description="per worker: KV cells (MiB) all state snapshots may hold "
+                                                     "together, in tokens as many as the model's KV cache fits; "
+                                                     "0 = from the model: 144 MiB, or 4,096 tokens' worth when "
+                                                     "that is more (8,192 tokens of Gemma 3 270M, 4,608 of "
+                                                     "Llama 3.2 1B, 4,096 of MiniCPM 1B: 416 MiB); a LongRoPE "
+                                                     "file (Phi-3.5): what its 4,096-cell window leaves beside "
+                                                     "prompts of 2,048 tokens")
     state_cache_admission: Literal["second-miss", "first-miss"] = Field(
         "second-miss", description="when a state becomes a snapshot: on its second miss among the last "
                                    "state_cache misses, or on its first")

@@ -70,6 +70,23 @@ def test_the_snapshot_budget_is_bytes_and_becomes_the_models_tokens(llama_1b, tm
     assert parts["host-memory tier"] == settings.state_cache_ram_mb * MIB
 
 
+def test_the_default_snapshot_budget_holds_a_few_states_of_a_large_kv_model(tmp_path):
+    # MiniCPM 1B's shape: 52 layers of 8 K/V heads of 64, 104 KiB a token; 144 MiB would hold 1,417
+    # tokens, fewer than two W3 states, so the default gives it 4,096 (416 MiB).
+    minicpm = model_shape(header(tmp_path / "minicpm.gguf", "minicpm", layers=52, embd=1536, heads=24, kv_heads=8))
+    assert minicpm.kv_bytes_per_token == 104 * 1024
+    assert snapshot_tokens(default_settings(), minicpm) == 4096
+    assert worker_bytes(default_settings(), minicpm)["KV cells"] == context_cells(8192, 384, 4096) * 104 * 1024
+    assert snapshot_tokens(default_settings(state_cache_mb=144), minicpm) == 1417  # asked for: exactly that
+    # Phi-3.5-mini (LongRoPE, window 4,096 cells): what the window leaves once 2,048-token prompts fit.
+    phi = header(tmp_path / "phi.gguf", "phi3", layers=32, embd=3072, heads=32, kv_heads=32, ctx_train=131072,
+                 long_rope_from=4096)
+    settings = within_trained_context(default_settings(), phi)
+    kept = snapshot_tokens(settings, model_shape(phi))
+    assert settings.ctx == 2048 and kept == 1024
+    assert context_cells(settings.ctx, settings.batch_tokens, kept) <= 4096
+
+
 def test_workers_follow_memory_as_well_as_cores(llama_1b):
     settings = default_settings(cores_per_worker=1)
     need = int(sum(worker_bytes(settings, model_shape(llama_1b)).values()) * 1.10)

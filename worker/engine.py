@@ -29,7 +29,7 @@ from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, tokenize
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
-from worker.memory import WAVE_TOKENS, context_cells, model_shape, tokens_in
+from worker.memory import WAVE_TOKENS, context_cells, model_shape, snapshot_tokens as budget_tokens
 from worker.pieces import Row, output_rows, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 from worker.status import status_of
@@ -48,15 +48,14 @@ class Engine:
         threads: int,
         deterministic: bool,
         state_cache: int,
-        state_cache_tokens: int | None = None,
-        state_cache_mb: int = 0,
+        state_cache_tokens: int,
         state_cache_second_miss: bool = True,
         state_cache_ram_mb: int = 0,
         head: Head | None = None,
         kv_cache_type: str = "f16",
     ) -> None:
         """Sizes: the settings of the same names (from_settings); the snapshots' cells are
-        state_cache_tokens, or state_cache_mb's worth of this model's tokens when that is None;
+        state_cache_tokens (worker/memory.snapshot_tokens gives the settings' budget in tokens);
         head: a learned readout, not yes−no; kv_cache_type: "f32" only for bench-exact (no
         setting: it changes no margin beyond the model's own spread, docs/architecture.md, and a
         stock llama.cpp casts it to F16 anyway)."""
@@ -65,8 +64,6 @@ class Engine:
         lib = llama()
         self.deterministic = deterministic
         self.model = load_model(model_path)
-        if state_cache_tokens is None:
-            state_cache_tokens = tokens_in(state_cache_mb, model_shape(model_path))
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.tap = HiddenTap(lib.llama_model_n_embd(self.model))  # each output row's final hidden state
@@ -107,11 +104,13 @@ class Engine:
     def from_settings(cls, model_path: Path, settings: Settings, *, threads: int, head: Head | None = None,
                       snapshot_tokens: int | None = None) -> Engine:
         """The engine the settings describe: how workers, `decide`, the tests and benches build one.
-        The snapshots' cells are state_cache_mb in this model's tokens; tests and benches that need
-        an exact token budget give it as snapshot_tokens."""
+        The snapshots' cells are the settings' budget in this model's tokens (memory.snapshot_tokens);
+        tests and benches that need an exact token budget give it as snapshot_tokens."""
+        if snapshot_tokens is None:
+            snapshot_tokens = budget_tokens(settings, model_shape(model_path))
         return cls(model_path, ctx=settings.ctx, batch_tokens=settings.batch_tokens, threads=threads,
                    deterministic=settings.mode == "deterministic", state_cache=settings.state_cache,
-                   state_cache_tokens=snapshot_tokens, state_cache_mb=settings.state_cache_mb, head=head,
+                   state_cache_tokens=snapshot_tokens, head=head,
                    state_cache_second_miss=settings.state_cache_admission == "second-miss",
                    state_cache_ram_mb=settings.state_cache_ram_mb)
 

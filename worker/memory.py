@@ -27,6 +27,9 @@ KV_ELEMENT_BYTES = 2  # llama.cpp's default K and V cache type, F16
 WAVE_TOKENS = 512  # suffix tokens the engine decodes per wave of sequences (cells are kept for one wave)
 HEADROOM = 1.10  # compute buffers and allocator slack over the sum of the parts
 MIB = 1 << 20
+SNAPSHOT_MIB = 144  # state_cache_mb 0: the snapshot space's size for a model of small KV (8,192 Gemma 3 270M tokens)
+SNAPSHOT_TOKENS = 4096  # ... and at least this many tokens of any model's (five W3 states of ~700 tokens)
+LONGROPE_CTX = 2048  # state_cache_mb 0, LongRoPE file: prompts this long fit its window beside the snapshots
 
 
 class MemoryRefusal(RuntimeError):
@@ -99,8 +102,22 @@ def tokens_in(mib: int, shape: ModelShape) -> int:
 
 
 def snapshot_tokens(settings: Settings, shape: ModelShape) -> int:
-    """The tokens state_cache_mb holds for this model: the snapshot cells' budget in tokens."""
-    return tokens_in(settings.state_cache_mb, shape) if settings.state_cache else 0
+    """The snapshot cells' budget in tokens: state_cache_mb's worth of this model's KV cache, or
+    when it is 0 (the default) SNAPSHOT_MIB's worth but never fewer than SNAPSHOT_TOKENS. Why
+    the floor: a state longer than the budget is never kept, nor restored from host memory (it
+    needs cells to land in), so every question about it reads it again; 144 MiB holds 8,192
+    tokens of Gemma 3 270M but 384 of Phi-3.5-mini (384 KiB a token), fewer than one W3 state
+    (~700 tokens). A LongRoPE file's default budget is what its short factors' window leaves
+    once prompts of LONGROPE_CTX tokens fit (within_short_factors)."""
+    if not settings.state_cache:
+        return 0
+    if settings.state_cache_mb:
+        return tokens_in(settings.state_cache_mb, shape)
+    tokens = max(tokens_in(SNAPSHOT_MIB, shape), SNAPSHOT_TOKENS)
+    if shape.short_context:
+        prompts = context_cells(min(settings.ctx, LONGROPE_CTX), settings.batch_tokens, 0)
+        tokens = min(tokens, max(0, shape.short_context - prompts))
+    return tokens
 
 
 def context_cells(ctx: int, batch_tokens: int, snapshot_cells: int) -> int:
