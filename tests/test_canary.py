@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jevfleet.harness.engine import default_model, new_engine
+from worker import canary
 from worker.canary import (EXACT_TOLERANCE, LAYOUTS, TOLERANCE, CanaryError, check_exact, layout_mates, run_canary,
                            shape_record)
 from worker.engine import Engine
@@ -65,6 +66,13 @@ def test_more_layouts_are_measured_once_per_model_and_cpu_then_read_from_the_rec
     record = shape_record(tmp_path, "ab" * 32)
     assert record.parent == tmp_path / "shapes" and record.name.startswith("abababababababab-")
     assert shape_record(tmp_path, "cd" * 32) != record  # another model file, another record
+    reading = tmp_path / "pieces.py"  # a stand-in for one of our reading modules, changed
+    reading.write_text("RULE = 1\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(canary, "READING_CODE", (*canary.READING_CODE, str(reading)))
+        before_change = shape_record(tmp_path, "ab" * 32)
+        reading.write_text("RULE = 2\n")
+        assert shape_record(tmp_path, "ab" * 32) != before_change  # other reading code: measured again
     first = run_canary(engine, profile, record)
     assert first.layouts_measured == LAYOUTS and json.loads(record.read_text())["differed"] is False
     before = engine.decode_calls
@@ -112,6 +120,7 @@ def test_the_exact_figures_are_measured_once_then_read_until_something_they_depe
     first = check_exact(engine, profile, cache_dir=tmp_path, model_sha256="ab" * 32)
     (record,) = (tmp_path / "exact").iterdir()
     assert first.measured and record.name.startswith("abababababababab-")
+    assert json.loads(record.read_text())["seconds"] > 0  # what it cost, for make test's one-off line
 
     def unread(self, tokens, **kw):
         raise AssertionError("the exact reading ran again")

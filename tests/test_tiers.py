@@ -50,8 +50,10 @@ def test_one_off_work_is_told_apart_made_now_or_found_cached(tmp_path):
     (tmp_path / "calibration" / "new.json").write_text(json.dumps({"scale": 1, "seconds": 106.5}))
     (tmp_path / "shapes" / "new.json").write_text(json.dumps({"differed": False, "seconds": 3.5}))
     (tmp_path / "shapes" / "older-kind.json").write_text(json.dumps({"differed": False}))  # made before "seconds"
+    (tmp_path / "exact").mkdir()
+    (tmp_path / "exact" / "new.json").write_text(json.dumps({"gap": 0.01, "scale": 1.0, "seconds": 12.0}))
     line = tiers.one_off_line(before, tiers.one_off_records(tmp_path))
-    assert line == ("one-off work: 3 records made now (1 calibration, 2 shapes; 110.0 s cold), "
+    assert line == ("one-off work: 4 records made now (1 calibration, 2 shapes, 1 exact; 122.0 s cold), "
                     "1 found cached (warm; they cost 44.0 s when made)")
 
 

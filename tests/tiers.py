@@ -5,7 +5,7 @@
     fleet  real fleets under supervisord (marker `fleet`, or any test using the `fleet` fixture)
 
 Every tier runs, and each tier's wall time is printed, with what it spent on one-off work kept in
-the cache dir (derived profiles' calibrations, measured batch shapes: seconds on a cold cache,
+the cache dir (derived profiles' calibrations, measured batch shapes, exact-reading figures: seconds on a cold cache,
 nothing once they are kept); make test fails if any tier fails or
 collects nothing (pytest exit 5), so a wrong marker expression cannot pass silently.
 
@@ -92,13 +92,16 @@ def counts(junit: Path) -> tuple[int, int, int]:
         skipped += int(suite.get("skipped", 0))
     return total - failed - skipped, failed, skipped
 
+ONE_OFF_KINDS = ("calibration", "shapes", "exact")  # cache_dir's folders of one-off work
+
 
 def one_off_records(cache_dir: Path) -> dict[Path, float]:
     """The records of one-off work kept in the cache dir, each with the seconds it took to make:
-    derived profiles' calibrations (quality/derived.py) and measured batch shapes (worker/canary.py).
+    derived profiles' calibrations (quality/derived.py), measured batch shapes and exact-reading
+    figures (worker/canary.py).
     A run that finds one reads it in milliseconds; one that does not pays the seconds."""
     found = {}
-    for record in sorted([*cache_dir.glob("calibration/*.json"), *cache_dir.glob("shapes/*.json")]):
+    for record in sorted(path for kind in ONE_OFF_KINDS for path in cache_dir.glob(f"{kind}/*.json")):
         try:
             found[record] = float(json.loads(record.read_text()).get("seconds", 0.0))
         except (OSError, ValueError):
@@ -109,7 +112,7 @@ def one_off_records(cache_dir: Path) -> dict[Path, float]:
 def one_off_line(before: dict[Path, float], after: dict[Path, float]) -> str:
     """What a tier paid for one-off work (records it made: cold) and what it found made (warm)."""
     made = {path: s for path, s in after.items() if path not in before}
-    kinds = ", ".join(f"{sum(1 for p in made if p.parent.name == kind)} {kind}" for kind in ("calibration", "shapes"))
+    kinds = ", ".join(f"{sum(1 for p in made if p.parent.name == kind)} {kind}" for kind in ONE_OFF_KINDS)
     return (f"one-off work: {len(made)} records made now ({kinds}; {sum(made.values()):.1f} s cold), "
             f"{len(before)} found cached (warm; they cost {sum(before.values()):.1f} s when made)")
 

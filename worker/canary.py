@@ -119,11 +119,18 @@ def layout_mates(k: int) -> list[tuple[str, list[str]]]:
              [f"Is it {rng.choice(words)}?" for _ in range(rng.randint(1, 3))]) for _ in range(rng.randint(1, 3))]
 
 
+# Our modules that decide how a prompt's tokens become a margin: which cells, which pieces, which rows.
+READING_CODE = ("engine.py", "pieces.py", "hidden.py", "head.py", "exact.py", "snapshots.py", "snapshot_moves.py")
+
+
 def _build() -> str:
-    """This CPU, this llama.cpp build and the shape rules (RULES): what picks the kernels a row goes
-    through."""
+    """This CPU, this llama.cpp build, the shape rules (RULES) and our reading code's digest: what
+    picks the kernels a row goes through, and how we feed them. A change to the reading code with
+    the same llama.cpp measures again, rather than reading figures another reading made."""
     lib = llama()
-    return f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()} {RULES}"
+    here = Path(__file__).parent
+    code = _digest("".join((here / name).read_text() for name in READING_CODE))
+    return f"{platform.machine()} {lib.__version__} {lib.llama_print_system_info().decode()} {RULES} {code}"
 
 
 def _digest(text: str) -> str:
@@ -261,9 +268,11 @@ def check_exact(engine: Engine, profile: Profile, *, refuse: bool = True, cache_
     record = exact_record(cache_dir, model_sha256, engine, profile.head, prompts) if cache_dir else None
     measured = record is None or not record.is_file()
     if measured:
+        started = time.monotonic()
         gap, scale = _exact_figures(engine, jobs, prompts)
         if record:
-            _keep(record, {"gap": gap, "scale": scale, "profile": profile.name})
+            _keep(record, {"gap": gap, "scale": scale, "profile": profile.name,
+                           "seconds": round(time.monotonic() - started, 1)})
     else:
         figures = json.loads(record.read_text())
         gap, scale = figures["gap"], figures["scale"]
