@@ -14,7 +14,7 @@ cache_dir/calibration/, named by the model file, the prompt, the set and llama.c
 every gateway started from the same cache then reads the same two numbers. It is fitted once per
 model file: 832 items, 44 s (Gemma) to 106 s (SmolLM2) on two cores, with a progress bar; a file
 whose forward passes cost more is fitted on fewer (shared/derive.calibration_size: its layer bytes
-times the tokens an item adds; ~240 items for Llama 3.2 1B, at least 128), so the fit takes about
+times the tokens an item adds; ~140 items for Gemma 3 1B, at least 128), so the fit takes about
 as long whatever the file. The sanity check a worker runs on a derived profile is skipped here:
 the fit asks hundreds of such items, and the workers started after it check again.
 
@@ -136,21 +136,44 @@ def item_tokens(runner: LocalRunner, items: list[Item]) -> float:
 
 
 def spread(items: list[Item], most: int) -> list[Item]:
-    """At most `most` items, whole scenarios (a question's two texts stay together) picked at an
-    even stride through the set, so every kind of question keeps its share; all when they fit."""
-    scenarios: dict[str, list[Item]] = {}
-    for item in items:
-        scenarios.setdefault(repr((item.kind, item.question)), []).append(item)
-    groups = list(scenarios.values())
+    """At most `most` items, in the set's order, whole scenarios (a question's texts stay together),
+    every kind of question keeping its share: the kind with the fewest items picked so far takes its
+    next scenario while that fits, each kind's scenarios taken spread over its own (_spread_order).
+    All when they fit. (A stride through the whole set skipped a kind at 128 items.)"""
     if len(items) <= most:
         return items
-    picked: list[Item] = []
-    for wanted in range(1, len(groups) + 1):  # the most scenarios at an even stride that fit in `most`
-        chosen = [item for k in range(wanted) for item in groups[k * len(groups) // wanted]]
-        if len(chosen) > most:
+    kinds: dict[str, dict[str, list[Item]]] = {}
+    for item in items:
+        kinds.setdefault(item.kind, {}).setdefault(item.question, []).append(item)
+    queues = [[groups[i] for i in _spread_order(len(groups))]
+              for groups in (list(scenarios.values()) for scenarios in kinds.values())]
+    counts, total, chosen = [0] * len(queues), 0, set()
+    while True:
+        fitting = [k for k, queue in enumerate(queues) if queue and total + len(queue[0]) <= most]
+        if not fitting:
             break
-        picked = chosen
-    return picked
+        k = min(fitting, key=lambda k: counts[k])
+        scenario = queues[k].pop(0)
+        chosen.update(map(id, scenario))
+        counts[k] += len(scenario)
+        total += len(scenario)
+    return [item for item in items if id(item) in chosen]
+
+
+def _spread_order(n: int) -> list[int]:
+    """0 .. n-1 in an order whose every beginning is spread over the range: the bins of the van der
+    Corput points 0, 1/2, 1/4, 3/4, 1/8 ... (a bin already taken is passed over)."""
+    order: list[int] = []
+    j = 0
+    while len(order) < n:
+        point, weight, bits = 0.0, 0.5, j
+        while bits:
+            point += weight * (bits & 1)
+            bits, weight = bits >> 1, weight / 2
+        if int(point * n) not in order:
+            order.append(int(point * n))
+        j += 1
+    return order
 
 
 def cross_validated_skill(margins: np.ndarray, labels: np.ndarray, groups: list[str]) -> float:

@@ -51,9 +51,10 @@ def test_a_costlier_file_is_fitted_on_fewer_whole_scenarios_of_every_kind():
 
     items = [i for i in load_set(shared.derive.CALIBRATION_SET, "fit") if i.type == "noul" and i.tag == quality.derived.TAG]
     size, mib = shared.derive.calibration_size, 2**20
-    most = size(565 * mib, 29.4)  # Llama 3.2 1B at Q4_K_M: its layers' bytes, the tokens of an item
-    assert 200 < most < 300 and size(65 * mib, 32) > len(items)  # SmolLM2 135M: every item
-    assert size(565 * mib, 58.8) < most and size(713 * mib, 58.2) == shared.derive.CALIBRATION_MIN  # MiniCPM 1B
+    most = size(463 * mib, 30.0)  # Gemma 3 1B at Q4_K_M: its layers' bytes, the tokens of an item
+    assert 130 < most < 160 and size(65 * mib, 32) > len(items)  # SmolLM2 135M: every item
+    assert size(463 * mib, 33.0) < most  # more tokens an item, fewer items
+    assert size(565 * mib, 29.4) == size(713 * mib, 58.2) == shared.derive.CALIBRATION_MIN  # Llama 3.2 1B, MiniCPM 1B
     picked = quality.derived.spread(items, most)
     assert most - 40 <= len(picked) <= most and quality.derived.spread(items, 10_000) == items
     scenarios = Counter(repr((i.kind, i.question)) for i in items)
@@ -61,6 +62,10 @@ def test_a_costlier_file_is_fitted_on_fewer_whole_scenarios_of_every_kind():
                for n in [sum(j.kind == i.kind and j.question == i.question for j in picked)])
     assert {i.kind for i in picked} == {i.kind for i in items}
     assert sum(i.answer == 0 for i in picked) == len(picked) // 2
+    fewest = quality.derived.spread(items, shared.derive.CALIBRATION_MIN)  # Llama 3.2 1B and every larger file here
+    shares = Counter(i.kind for i in fewest)
+    assert len(fewest) == shared.derive.CALIBRATION_MIN and set(shares) == {i.kind for i in items}
+    assert max(shares.values()) <= 2 * min(shares.values())  # no kind left with a token share
 
 
 # --- the model ---
