@@ -115,6 +115,12 @@ bench-invariance: $(VENV)/.installed-bench
 bench-decode: $(VENV)/.installed-bench
 	$(PY) -m bench.decode_cost $(BENCH_ARGS)
 
+# Why a fresh prompt reads slower in deterministic mode than in llama-server: the same tokens through the
+# engine, bare llama.cpp contexts in 60-, 64- and 512-row pieces, and llama-server (docs/benchmarks.md).
+.PHONY: bench-fresh-read
+bench-fresh-read: $(VENV)/.installed-bench
+	$(PY) -m bench.fresh_read $(BENCH_ARGS)
+
 # One request at a time to a 1-worker fleet: W1, W3, a 20-question request, a 255-option choice.
 .PHONY: bench-shapes
 bench-shapes: $(VENV)/.installed-bench
