@@ -7,7 +7,8 @@ CPU flash attention switches at 64 query rows from a per-row kernel to a tiled o
 depend on where a row's cells fall in 64-cell tiles (docs/architecture.md). This measures what
 that costs on the configured model (JEV_MODEL for a zoo file): the same first-seen tokens read
 by
-  - the engine as a worker builds it (the default settings: deterministic, 60-row pieces);
+  - the engine as a worker builds it (the default settings: deterministic, 60-row pieces), on as
+    many threads as the others (a default fleet of one worker a core would give it fewer);
   - bare llama.cpp contexts, one sequence, no eval callback, in pieces of 60 rows (per-row
     attention), 64 rows (tiled attention: the smallest piece that takes it) and 512 rows (the
     piece llama-server and fast mode use);
@@ -49,7 +50,7 @@ def bare_context(model, piece: int) -> Reader:
     params = lib.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = CTX, piece, piece, 1
     params.n_outputs_max = piece
-    params.n_threads = params.n_threads_batch = os.cpu_count() or 2
+    params.n_threads = params.n_threads_batch = servers.BASELINE_THREADS
     params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
     params.no_perf = True
     ctx = lib.llama_init_from_model(model, params)
@@ -71,8 +72,9 @@ def bare_context(model, piece: int) -> Reader:
 
 
 def engine_reader() -> Reader:
-    """The engine as a worker builds it from the settings, reading into one working sequence."""
-    engine = new_engine(pin=False)
+    """The engine as a worker builds it from the settings, reading into one working sequence, on
+    llama-server's threads."""
+    engine = new_engine(pin=False, threads=servers.BASELINE_THREADS)
 
     def read(tokens: list[int]) -> float:
         start = time.perf_counter()
