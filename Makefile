@@ -121,6 +121,12 @@ bench-decode: $(VENV)/.installed-bench
 bench-fresh-read: $(VENV)/.installed-bench
 	$(PY) -m bench.fresh_read $(BENCH_ARGS)
 
+# Where W3-fresh's time goes at 4 clients: first, second and later questions on each new state, the fleet
+# in both modes beside llama-server, request by request (docs/benchmarks.md).
+.PHONY: bench-w3-phases
+bench-w3-phases: $(VENV)/.installed-bench
+	$(PY) -m bench.w3_phases $(BENCH_ARGS)
+
 # One request at a time to a 1-worker fleet: W1, W3, a 20-question request, a 255-option choice.
 .PHONY: bench-shapes
 bench-shapes: $(VENV)/.installed-bench

@@ -1,0 +1,174 @@
+"""Where W3-fresh's time goes at several clients: the first question on each new state, the second,
+and the later ones, request by request, for the fleet in both modes and for llama-server.
+
+    make bench-w3-phases          # or: python -m bench.w3_phases [--users 4] [--requests 200] [--rounds 2]
+
+W3-fresh asks 20 questions about each of 5 new long states, interleaved (loadtest/fresh.py), so a
+pass of 100 requests has 5 that read a state never seen (its first question), 5 that come back to
+a state that the server read once (the second: where a snapshot or a prompt cache is first used)
+and 90 later ones. The sweep gives one answers/s for all of them; this splits it, which is what
+says whether a gap is the fresh read or the questions on kept states.
+
+`--users` threads, each on its own kept connection, take the next request of one shared sequence
+(as the Locust users do), `--requests` of them (whole passes). The targets (the fleet at its
+defaults, the fleet at --mode fast, llama-server as the sweep starts it) are each started once and
+take turns round by round; in a round all get the same items, and every round's are new. Per
+target and phase it prints the requests' mean and p50 milliseconds and the seconds they add up to,
+llama-server's tokens read (prompt_n) and reused (cache_n), the fleet's mean queue and inference
+time (its Server-Timing header), then answers/s over the rounds and each ÷ llama-server. A reply
+that is not in form (validate.InvalidAnswer: with random weights llama-server's one token can be a
+byte piece it gives no probabilities for) is counted as answered, since its work was done, and
+said. Not run by the tests; quote it with the load average it prints.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import tempfile
+import threading
+import time
+from contextlib import AbstractContextManager, ExitStack
+from pathlib import Path
+from typing import Callable, Iterator
+
+from jevfleet.harness.net import KeptConnection
+from loadtest import fresh, servers, validate
+from loadtest.protocols import PROTOCOLS
+from loadtest.workloads import load as load_workload
+from shared.config import load_settings
+from shared.derive import serving_profile
+from shared.profiles import Profile
+
+WORKLOAD = "W3-fresh"
+PASS = len(load_workload("W3"))  # requests in one pass over W3_STATES new states
+PHASES = {"first": range(0, fresh.W3_STATES), "second": range(fresh.W3_STATES, 2 * fresh.W3_STATES),
+          "later": range(2 * fresh.W3_STATES, PASS)}  # by a request's place in its pass
+TARGETS = ("jevfleet", "jevfleet-fast", "llama-server")
+WARMUP = 3  # one-client requests to each target before its first round, from a range no round reaches
+WARMUP_START = fresh.RUN_STRIDE - 1000
+TIMING = re.compile(r"(queue|inference);dur=([0-9.]+)")
+
+
+def phase_of(k: int) -> str:
+    return next(name for name, places in PHASES.items() if k % PASS in places)
+
+
+def start(name: str, profile: Profile, logs: Path) -> AbstractContextManager[str]:
+    if name == "jevfleet-fast":
+        return servers.jevfleet(logs, name, flags=("--mode", "fast"))
+    return servers.ours_or_llama_server(name, profile, logs / name)
+
+
+def figures(name: str, raw: bytes, headers: dict[str, str]) -> dict[str, float]:
+    """What a reply says of its own work: llama-server's token counts, our phases' milliseconds."""
+    if name == "llama-server":
+        reply = json.loads(raw)
+        timings = (reply[0] if isinstance(reply, list) else reply).get("timings", {})
+        return {"prompt_n": timings.get("prompt_n", 0), "cache_n": timings.get("cache_n", 0)}
+    lowered = {key.lower(): value for key, value in headers.items()}
+    return {phase: float(ms) for phase, ms in TIMING.findall(lowered.get("server-timing", ""))}
+
+
+def run(name: str, url: str, profile: Profile, items: Callable[[int], object], requests: int,
+        users: int) -> tuple[list[dict], float]:
+    """`users` closed-loop clients over requests 0..requests-1 of `items`; (rows, wall seconds)."""
+    protocol = PROTOCOLS["jevfleet" if name.startswith("jevfleet") else name]
+    lock, rows, failures = threading.Lock(), [], []
+    counter: Iterator[int] = iter(range(requests))
+
+    def user() -> None:
+        conn = KeptConnection(url, timeout=600)
+        try:
+            while True:
+                with lock:
+                    k = next(counter, None)
+                if k is None:
+                    return
+                item = items(k)
+                body = json.dumps(protocol.body(profile, item)).encode()
+                began = time.perf_counter()
+                status, headers, raw = conn.post(protocol.path, body)
+                took = time.perf_counter() - began
+                if status != 200:
+                    failures.append(f"{name} request {k}: HTTP {status} {raw[:200]!r}")
+                    continue
+                try:
+                    protocol.check(json.loads(raw), profile, item)
+                    invalid = 0
+                except validate.InvalidAnswer:  # answered, not in form (random weights: llama-server's
+                    invalid = 1  # token may be a byte piece without probabilities); the work was done
+                with lock:
+                    rows.append({"k": k, "ms": took * 1000, "invalid": invalid, **figures(name, raw, headers)})
+        except Exception as exc:  # a client lost changes the load: the run is refused after the join
+            failures.append(f"{name}: {exc!r}")
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=user) for _ in range(users)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise SystemExit("\n".join(failures[:5]))
+    return rows, time.perf_counter() - began
+
+
+def report(name: str, rows: list[dict]) -> None:
+    for phase in PHASES:
+        mine = [r for r in rows if phase_of(r["k"]) == phase]
+        ms = [r["ms"] for r in mine]
+        extra = [f"{key} {statistics.mean(r.get(key, 0) for r in mine):.0f}"
+                 for key in ("prompt_n", "cache_n", "queue", "inference") if any(key in r for r in mine)]
+        print(f"| {name} | {phase} | {len(ms)} | {statistics.mean(ms):.0f} | {statistics.median(ms):.0f} | "
+              f"{sum(ms) / 1000:.1f} | {', '.join(extra)} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=2 * PASS, help=f"per round and target (whole passes of {PASS})")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--targets", default=",".join(TARGETS), help=f"a subset of {','.join(TARGETS)}")
+    args = parser.parse_args()
+    targets = [t for t in args.targets.split(",") if t]
+    if unknown := set(targets) - set(TARGETS):
+        parser.error(f"--targets: {', '.join(sorted(unknown))} is not one of {', '.join(TARGETS)}")
+    settings = load_settings()
+    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    print(f"# python -m bench.w3_phases --users {args.users} --requests {args.requests} --rounds {args.rounds}"
+          f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
+    rows: dict[str, list[dict]] = {t: [] for t in targets}
+    wall: dict[str, float] = dict.fromkeys(targets, 0.0)
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        urls = {t: stack.enter_context(start(t, profile, Path(tmp))) for t in targets}
+        for t in targets:
+            run(t, urls[t], profile, lambda k: fresh.item(WORKLOAD, WARMUP_START + k), WARMUP, 1)
+        for r in range(args.rounds):
+            base = r * fresh.RUN_STRIDE
+            for t in targets:
+                got, seconds = run(t, urls[t], profile, lambda k: fresh.item(WORKLOAD, base + k), args.requests,
+                                   args.users)
+                rows[t] += got
+                wall[t] += seconds
+                print(f"round {r + 1}: {t} {len(got) / seconds:.2f} answers/s "
+                      f"(load average {os.getloadavg()[0]:.2f})", flush=True)
+    print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)\n")
+    print("| target | phase | requests | mean ms | p50 ms | seconds | per request |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for t in targets:
+        report(t, rows[t])
+    rate = {t: len(rows[t]) / wall[t] for t in targets}
+    invalid = {t: sum(r["invalid"] for r in rows[t]) for t in targets}
+    print("\nnot in form: " + ", ".join(f"{t} {invalid[t]} of {len(rows[t])}" for t in targets))
+    print(", ".join(f"{t} {rate[t]:.2f} answers/s" + (f" ({rate[t] / rate['llama-server']:.2f}× llama-server)"
+                                                          if "llama-server" in rate and t != "llama-server" else "")
+                           for t in targets))
+
+
+if __name__ == "__main__":
+    main()
