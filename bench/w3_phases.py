@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import tempfile
 import threading
@@ -34,7 +33,7 @@ from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Callable, Iterator
 
-from jevfleet.harness.net import KeptConnection
+from jevfleet.harness.net import KeptConnection, server_timing
 from loadtest import fresh, servers, validate
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import load as load_workload
@@ -49,7 +48,6 @@ PHASES = {"first": range(0, fresh.W3_STATES), "second": range(fresh.W3_STATES, 2
 TARGETS = ("jevfleet", "jevfleet-fast", "llama-server")
 WARMUP = 3  # one-client requests to each target before its first round, from a range no round reaches
 WARMUP_START = fresh.RUN_STRIDE - 1000
-TIMING = re.compile(r"(queue|inference);dur=([0-9.]+)")
 
 
 def phase_of(k: int) -> str:
@@ -68,8 +66,8 @@ def figures(name: str, raw: bytes, headers: dict[str, str]) -> dict[str, float]:
         reply = json.loads(raw)
         timings = (reply[0] if isinstance(reply, list) else reply).get("timings", {})
         return {"prompt_n": timings.get("prompt_n", 0), "cache_n": timings.get("cache_n", 0)}
-    lowered = {key.lower(): value for key, value in headers.items()}
-    return {phase: float(ms) for phase, ms in TIMING.findall(lowered.get("server-timing", ""))}
+    phases = server_timing(headers)
+    return {phase: phases[phase] for phase in ("queue", "inference") if phase in phases}
 
 
 def run(name: str, url: str, profile: Profile, items: Callable[[int], object], requests: int,
