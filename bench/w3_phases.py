@@ -15,10 +15,10 @@ defaults, the fleet at --mode fast, llama-server as the sweep starts it) are eac
 take turns round by round; in a round all get the same items, and every round's are new. Per
 target and phase it prints the requests' mean and p50 milliseconds and the seconds they add up to,
 llama-server's tokens read (prompt_n) and reused (cache_n), the fleet's mean queue and inference
-time (its Server-Timing header), then answers/s over the rounds and each ÷ llama-server. A reply
-that is not in form (validate.InvalidAnswer: with random weights llama-server's one token can be a
-byte piece it gives no probabilities for) is counted as answered, since its work was done, and
-said. Not run by the tests; quote it with the load average it prints.
+time (its Server-Timing header) and requests a worker batch (its /metrics), then answers/s over the
+rounds and each ÷ llama-server. A reply that is not in form (validate.InvalidAnswer: with random
+weights llama-server's one token can be a byte piece it gives no probabilities for) is counted as
+answered, since its work was done, and said. Not run by the tests; quote it with the load average it prints.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from jevfleet.harness.net import KeptConnection, server_timing
-from loadtest import fresh, servers, validate
+from loadtest import fleet_metrics, fresh, servers, validate
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import load as load_workload
 from shared.config import load_settings
@@ -142,6 +142,7 @@ def main() -> None:
           f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
     rows: dict[str, list[dict]] = {t: [] for t in targets}
     wall: dict[str, float] = dict.fromkeys(targets, 0.0)
+    grown: dict[str, dict] = {t: {} for t in targets}  # the fleets' /metrics series, grown over the rounds
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         urls = {t: stack.enter_context(start(t, profile, Path(tmp))) for t in targets}
         for t in targets:
@@ -149,8 +150,12 @@ def main() -> None:
         for r in range(args.rounds):
             base = r * fresh.RUN_STRIDE
             for t in targets:
+                before = fleet_metrics.scrape(urls[t]) if t != "llama-server" else {}
                 got, seconds = run(t, urls[t], profile, lambda k: fresh.item(WORKLOAD, base + k), args.requests,
                                    args.users)
+                if before:
+                    for key, value in fleet_metrics.growth(before, fleet_metrics.scrape(urls[t])).items():
+                        grown[t][key] = grown[t].get(key, 0.0) + value
                 rows[t] += got
                 wall[t] += seconds
                 print(f"round {r + 1}: {t} {len(got) / seconds:.2f} answers/s "
@@ -162,7 +167,9 @@ def main() -> None:
         report(t, rows[t])
     rate = {t: len(rows[t]) / wall[t] for t in targets}
     invalid = {t: sum(r["invalid"] for r in rows[t]) for t in targets}
-    print("\nnot in form: " + ", ".join(f"{t} {invalid[t]} of {len(rows[t])}" for t in targets))
+    batches = {t: b.batch for t in targets if (b := fleet_metrics.breakdown(grown[t]))}
+    print("\nrequests a worker batch: " + ", ".join(f"{t} {n:.2f}" for t, n in batches.items()))
+    print("not in form: " + ", ".join(f"{t} {invalid[t]} of {len(rows[t])}" for t in targets))
     print(", ".join(f"{t} {rate[t]:.2f} answers/s" + (f" ({rate[t] / rate['llama-server']:.2f}× llama-server)"
                                                           if "llama-server" in rate and t != "llama-server" else "")
                            for t in targets))
