@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,21 @@ _log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
 _ggml: ctypes.CDLL | None = None
 _WARN, _ERROR = 3, 4  # ggml_log_level
 _captured: list[str] | None = None  # captured_log's lines while it runs
+_CELLS_OVER_TRAINED = re.compile(r"n_ctx_seq \((\d+)\) > n_ctx_train \((\d+)\) -- possible training context overflow")
+
+
+def explained(line: str) -> str:
+    """llama.cpp's log line, or ours in its place where it misleads. Its "possible training
+    context overflow" compares the context's cells with the trained length, and a worker's cells
+    hold its snapshots, request and scratch sequences besides one prompt (worker/memory.py
+    context_cells); a position never passes ctx, which serve, decide and eval lower to the trained
+    length (worker/memory.py within_trained_context)."""
+    if match := _CELLS_OVER_TRAINED.search(line):
+        cells, trained = match.groups()
+        return (f"jevfleet: llama.cpp's 'n_ctx_seq ({cells}) > n_ctx_train ({trained})' counts the {cells} cells "
+                f"shared by every sequence (snapshots, requests, scratch), not a prompt's positions: those stay "
+                f"within ctx, at most the file's trained {trained}\n")
+    return line
 
 
 @contextmanager
@@ -52,7 +68,7 @@ def llama() -> ModuleType:
         @llama_cpp.llama_log_callback
         def _log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             if level in (_WARN, _ERROR) and text:
-                line = text.decode("utf-8", "replace")
+                line = explained(text.decode("utf-8", "replace"))
                 if _captured is not None:
                     _captured.append(line)
                 else:
