@@ -121,6 +121,12 @@ bench-decode: $(VENV)/.installed-bench
 bench-fresh-read: $(VENV)/.installed-bench
 	$(PY) -m bench.fresh_read $(BENCH_ARGS)
 
+# What a question on a kept state costs a row: four 12-token questions on their own states in one call,
+# through the engine and bare llama.cpp contexts, unified or a cache stream a sequence (docs/benchmarks.md).
+.PHONY: bench-question-cost
+bench-question-cost: $(VENV)/.installed-bench
+	$(PY) -m bench.question_cost $(BENCH_ARGS)
+
 # Where W3-fresh's time goes at 4 clients: first, second and later questions on each new state, the fleet
 # in both modes beside llama-server, request by request (docs/benchmarks.md).
 .PHONY: bench-w3-phases
