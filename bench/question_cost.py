@@ -5,8 +5,9 @@
 W3's later questions read 7-14 tokens each on a state the server keeps. At 4 clients llama-server
 answers four of them in ~950 ms on the zoo's Qwen 2.5 1.5B, the fleet's worker takes 656 ms for
 batches of 2.4 and 1,132 ms for 3.7 (docs/benchmarks.md, `make bench-w3-phases`); both take
-ggml's row-by-row attention kernel below 64 rows. This reads the same rows, --questions sequences of --rows tokens each, every one on
-its own --state-token state already in cells, in one llama_decode, through
+ggml's row-by-row attention kernel below 64 rows. This reads the same rows, --questions sequences
+of --rows tokens each, every one on its own --state-token state already in cells, in one
+llama_decode, through
   - the engine as a worker builds it (the default settings: one unified cache sized for the
     snapshots and every working sequence, the preamble pinned, its eval callback), the states in
     its working sequences, no answer rows;
@@ -30,6 +31,7 @@ import time
 from typing import Callable
 
 from bench.engine import new_engine
+from bench.w3_phases import PASS as W3_PASS  # W3-fresh's requests on one set of states
 from loadtest import fresh, servers
 from shared.config import load_settings
 from shared.derive import serving_profile
@@ -40,7 +42,6 @@ from worker.warmup import make_job
 
 Reader = Callable[[list[list[int]]], float]  # reads one question a state: the seconds it took
 READ_PIECE = 512  # untimed state reads of the bare contexts
-W3_PASS = 100  # W3-fresh's requests on one set of states (bench/w3_phases.py PASS)
 
 
 def bare_context(model, cells: int, sequences: int, unified: bool, states: list[list[int]]) -> Reader:
@@ -167,8 +168,8 @@ def main() -> None:
         engine.remove(seq)
     for size, seconds in later_batches(engine, profile, (1, 2, args.questions), args.reps).items():
         median = statistics.median(seconds)
-        print(f"Engine.run, {size} later W3 question(s) a batch {median * 1000:7.0f} ms  {median * 1000 / size:5.0f} ms a "
-              f"question   ({', '.join(f'{s * 1000:.0f}' for s in seconds)})")
+        print(f"Engine.run, {size} later W3 question(s) a batch {median * 1000:7.0f} ms  "
+              f"{median * 1000 / size:5.0f} ms a question   ({', '.join(f'{s * 1000:.0f}' for s in seconds)})")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 

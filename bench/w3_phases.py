@@ -15,10 +15,11 @@ defaults, the fleet at --mode fast, llama-server as the sweep starts it) are eac
 take turns round by round; in a round all get the same items, and every round's are new. Per
 target and phase it prints the requests' mean and p50 milliseconds and the seconds they add up to,
 llama-server's tokens read (prompt_n) and reused (cache_n), the fleet's mean queue and inference
-time (its Server-Timing header) and requests a worker batch (its /metrics), then answers/s over the
-rounds and each ÷ llama-server. A reply that is not in form (validate.InvalidAnswer: with random
-weights llama-server's one token can be a byte piece it gives no probabilities for) is counted as
-answered, since its work was done, and said. Not run by the tests; quote it with the load average it prints.
+time and median inference time (its Server-Timing header) and requests a worker batch (its
+/metrics), then answers/s over the rounds and each ÷ llama-server. A reply that is not in form
+(validate.InvalidAnswer: with random weights llama-server's one token can be a byte piece it gives
+no probabilities for) is counted as answered, since its work was done, and said. Not run by the
+tests; quote it with the load average it prints.
 """
 from __future__ import annotations
 
@@ -122,6 +123,8 @@ def report(name: str, rows: list[dict]) -> None:
         ms = [r["ms"] for r in mine]
         extra = [f"{key} {statistics.mean(r.get(key, 0) for r in mine):.0f}"
                  for key in ("prompt_n", "cache_n", "queue", "inference") if any(key in r for r in mine)]
+        if any("inference" in r for r in mine):  # a mean can hide a few batches that also read a new state
+            extra.append(f"inference p50 {statistics.median(r.get('inference', 0) for r in mine):.0f}")
         print(f"| {name} | {phase} | {len(ms)} | {statistics.mean(ms):.0f} | {statistics.median(ms):.0f} | "
               f"{sum(ms) / 1000:.1f} | {', '.join(extra)} |")
 
