@@ -223,8 +223,8 @@ def kv_width(mode: str, reps: int) -> dict[str, tuple[float, float]]:
     cases = [(lambda e=e: e._read(rows, lambda _key, _hidden, _full: None), lambda e=e: e.remove(0)) for e in (narrow, wide)]
     out, held = {}, 0
     for cells in WIDTHS:
-        for at in range(held, cells, 60):
-            wide._read(token_rows((5,), at, filler[at:at + 60]), None)
+        for at in range(held, cells, 60):  # up to exactly `cells`: the next width goes on from there
+            wide._read(token_rows((5,), at, filler[at:min(at + 60, cells)]), None)
         held = cells
         alternating(cases, WARM_RUNS)
         empty, under = alternating(cases, reps)
