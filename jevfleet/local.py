@@ -41,6 +41,7 @@ class Answer:
     margins: list[float] = field(default_factory=list)  # raw yes−no margin of each yes/no job (none on error)
     features: dict[int, Any] = field(default_factory=dict)  # job -> captured logits (engine.readout.capture)
     reference: dict[int, Any] = field(default_factory=dict)  # job -> llama.cpp's logits there (Job.reference)
+    result: Result | None = None  # the worker's message: its queue and run time, the requests in its batch
 
 
 @dataclass
@@ -116,7 +117,7 @@ class LocalDecider:
         if isinstance(msg, Result):
             body = pipeline.respond(self.profile, waiting.prepared, waiting.tokens, msg.margins).model_dump(mode="json")
             waiting.future.set_result(Answer(200, body, list(msg.margins), dict(waiting.job.features),
-                                             dict(waiting.job.reference)))
+                                             dict(waiting.job.reference), msg))
         elif isinstance(msg, Error):
             waiting.future.set_result(Answer(500, {"detail": f"engine error: {msg.message}"}))
 
