@@ -13,8 +13,9 @@ says whether a gap is the fresh read or the questions on kept states.
 (as the Locust users do), `--requests` of them (whole passes). The targets (the fleet at its
 defaults, the fleet at --mode fast, llama-server as the sweep starts it, and `in-process`: the
 fleet's request path and worker alone, jevfleet/local.py's gateway pipeline, Scheduler and Engine
-in this process, with the clients as threads: no HTTP, no ZeroMQ, no other process) are each started once and take turns round by round; in a round all get the
-same items, and every round's are new. Per target and phase it prints the requests' mean and p50
+in this process, with the clients as threads: no HTTP, no ZeroMQ, no other process) are each
+started once and take turns round by round; in a round all get the same items, and every round's
+are new. Per target and phase it prints the requests' mean and p50
 milliseconds and the seconds they add up to, llama-server's tokens read (prompt_n) and reused
 (cache_n), the fleet's mean queue and inference time and median inference time (its Server-Timing
 header, or the in-process worker's Result) and requests a worker batch (its /metrics, as the

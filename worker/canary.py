@@ -26,7 +26,6 @@ The canary's runs are warm runs (worker/engine.py): no snapshot is left behind.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -124,12 +123,11 @@ def layout_mates(k: int) -> list[tuple[str, list[str]]]:
 READING_CODE = ("engine.py", "pieces.py", "hidden.py", "head.py", "exact.py", "snapshots.py", "snapshot_moves.py")
 
 
-@functools.cache
 def _build() -> str:
     """This CPU, this llama.cpp build, the shape rules (RULES) and our reading code's digest: what
     picks the kernels a row goes through, and how we feed them. A change to the reading code with
-    the same llama.cpp measures again, rather than reading figures another reading made. Worked
-    out once a process: none of it changes while the process runs."""
+    the same llama.cpp measures again, rather than reading figures another reading made (worked out
+    at each call, not cached: the files are read as they are now; tests/test_canary.py changes one)."""
     lib = llama()
     here = Path(__file__).parent
     code = _digest("".join((here / name).read_text() for name in READING_CODE))
