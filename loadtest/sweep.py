@@ -37,6 +37,7 @@ from collections import Counter
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Callable, Mapping
 
 from tqdm import tqdm
 
@@ -59,6 +60,21 @@ ALIASES = {"both": ("jevfleet", "llama-cpp-python"), "all": TARGETS}
 USER_CLASS = {"jevfleet": "JevfleetUser", "llama-cpp-python": "LlamaCppPythonUser", "llama-server": "LlamaServerUser"}
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 SETTLE_TIMEOUT_S = 600.0
+
+
+def settled(send: Callable[[], tuple[int, Mapping[str, str]]], within_s: float,
+            wait: Callable[[float], None] = time.sleep) -> int:
+    """The status of `send()` once it is not a shed (429/503), or the last one at the deadline.
+    A backlog the probe must wait behind can fill the server's queue, and a shed answer comes at
+    once: taking it as settled would start the next cell on the backlog. Waits the Retry-After
+    the server gives between tries (1 s without one)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        status, headers = send()
+        if status not in (429, 503) or time.monotonic() >= deadline:
+            return status
+        retry = headers.get("Retry-After") or headers.get("retry-after") or ""
+        wait(min(max(1.0, float(retry) if retry.isdigit() else 1.0), max(0.0, deadline - time.monotonic())))
 
 
 def seconds(text: str) -> int:
@@ -267,7 +283,8 @@ class Sweep:
         cancelled); on a FIFO server this probe's answer comes after that backlog."""
         protocol = PROTOCOLS[PROTOCOL_OF[target]]
         body = json.dumps(protocol.body(self.profile, fresh.sample(workload, 1)[0])).encode()
-        status = probe("POST", url + protocol.path, body, {"Content-Type": "application/json"}, SETTLE_TIMEOUT_S)[0]
+        status = settled(lambda: probe("POST", url + protocol.path, body, {"Content-Type": "application/json"},
+                                       SETTLE_TIMEOUT_S)[:2], SETTLE_TIMEOUT_S)
         if status != 200:
             print(f"    warning: settle probe got status {status}", flush=True)
 

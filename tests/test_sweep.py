@@ -11,7 +11,7 @@ import pytest
 from jevfleet.harness.fleet import Fleet
 from loadtest.protocols import PROTOCOLS
 from loadtest.sweep import (LOCUSTFILE, PROTOCOL_OF, TARGETS, USER_CLASS, can_run, durations, rounds, seconds,
-                            target_list, user_counts, workload_list)
+                            settled, target_list, user_counts, workload_list)
 from shared.config import PROJECT_ROOT
 
 
@@ -40,6 +40,17 @@ def test_durations_and_lists_parse_or_are_refused():
                        (durations, "20s,W4=x"), (rounds, "0"), (rounds, "x")):
         with pytest.raises(argparse.ArgumentTypeError):
             parse(bad)
+
+
+def test_the_settle_probe_waits_out_sheds_as_the_server_asks_then_takes_the_answer():
+    """A shed probe (the backlog filled the queue) is not the end of the backlog: retried after
+    Retry-After until an answer, or the deadline."""
+    replies = iter([(503, {"Retry-After": "3"}), (429, {}), (200, {})])
+    waits: list[float] = []
+    assert settled(lambda: next(replies), 600, waits.append) == 200
+    assert waits == [3.0, 1.0]  # the server's Retry-After, then 1 s without one
+    assert settled(lambda: (500, {}), 600, waits.append) == 500 and waits == [3.0, 1.0]  # not a shed: at once
+    assert settled(lambda: (503, {"Retry-After": "2"}), 0, waits.append) == 503  # past the deadline: as it is
 
 
 def test_w4_is_skipped_for_a_server_that_takes_one_prompt_per_call():
