@@ -41,7 +41,7 @@ from typing import Callable, Iterator, NamedTuple
 from jevfleet.harness.net import KeptConnection, server_timing
 from jevfleet.local import LocalDecider
 from loadtest import fleet_metrics, fresh, servers, validate
-from loadtest.protocols import PROTOCOLS
+from loadtest.protocols import PROTOCOLS, Protocol
 from loadtest.workloads import load as load_workload
 from shared.config import Settings, load_settings
 from shared.derive import serving_profile
@@ -92,6 +92,16 @@ def figures(name: str, raw: bytes, headers: dict[str, str]) -> dict[str, float]:
     return {phase: phases[phase] for phase in ("queue", "inference") if phase in phases}
 
 
+def not_in_form(protocol: Protocol, body: object, profile: Profile, item: object) -> int:
+    """1 for a reply that was answered but is not in form (random weights: llama-server's one token
+    may be a byte piece it gives no probabilities for), else 0; its work was done either way."""
+    try:
+        protocol.check(body, profile, item)
+        return 0
+    except validate.InvalidAnswer:
+        return 1
+
+
 def http_client(name: str, url: str, profile: Profile) -> Callable[[], Client]:
     """A factory of one client's request function for the HTTP target `name` at `url`: one kept
     connection each; a request returns its row's figures and whether its reply was in form."""
@@ -104,12 +114,7 @@ def http_client(name: str, url: str, profile: Profile) -> Callable[[], Client]:
             status, headers, raw = conn.post(protocol.path, json.dumps(protocol.body(profile, item)).encode())
             if status != 200:
                 raise RuntimeError(f"{name}: HTTP {status} {raw[:200]!r}")
-            try:
-                protocol.check(json.loads(raw), profile, item)
-                invalid = 0
-            except validate.InvalidAnswer:  # answered, not in form (random weights: llama-server's
-                invalid = 1  # token may be a byte piece without probabilities); the work was done
-            return {"invalid": invalid, **figures(name, raw, headers)}
+            return {"invalid": not_in_form(protocol, json.loads(raw), profile, item), **figures(name, raw, headers)}
         return Client(send, conn.close)
     return client
 
@@ -123,13 +128,9 @@ def in_process_client(decider: LocalDecider, profile: Profile) -> Callable[[], C
         answer = decider.answer_body(protocol.body(profile, item)).result()
         if answer.status != 200 or answer.result is None:
             raise RuntimeError(f"in-process: {answer.status} {str(answer.body)[:200]}")
-        try:
-            protocol.check(answer.body, profile, item)
-            invalid = 0
-        except validate.InvalidAnswer:
-            invalid = 1
         worker = answer.result
-        return {"invalid": invalid, "queue": worker.queue_ms, "inference": worker.run_ms, "batch": worker.batch_requests}
+        return {"invalid": not_in_form(protocol, answer.body, profile, item), "queue": worker.queue_ms,
+                "inference": worker.run_ms, "batch": worker.batch_requests}
     return lambda: Client(send, lambda: None)
 
 

@@ -41,7 +41,7 @@ from typing import Callable, Mapping
 
 from tqdm import tqdm
 
-from jevfleet.harness.net import probe
+from jevfleet.harness.net import probe, retry_after
 from loadtest import fleet_metrics, fresh, results, servers
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS
@@ -73,8 +73,7 @@ def settled(send: Callable[[], tuple[int, Mapping[str, str]]], within_s: float,
         status, headers = send()
         if status not in (429, 503) or time.monotonic() >= deadline:
             return status
-        retry = headers.get("Retry-After") or headers.get("retry-after") or ""
-        wait(min(max(1.0, float(retry) if retry.isdigit() else 1.0), max(0.0, deadline - time.monotonic())))
+        wait(min(max(1.0, retry_after(headers) or 1.0), max(0.0, deadline - time.monotonic())))
 
 
 def seconds(text: str) -> int:

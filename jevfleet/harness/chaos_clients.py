@@ -27,6 +27,7 @@ from typing import Callable, Collection
 
 from jevfleet.harness.chaos_requests import Request, same
 from jevfleet.harness.load import Outcome, post
+from jevfleet.harness.net import retry_after
 
 RETRY_CAP_S = 10.0
 UNDOCUMENTED_PAUSE_S = 1.0
@@ -44,16 +45,6 @@ class Attempt:
     gateway: str = ""  # x-jevfleet-gateway: who answered
     front: str = ""  # the HAProxy front it went through (chaos_fleet.LB_PORTS), or DIRECT
     retry_after: float | None = None  # the Retry-After it was given, as sent
-
-
-def retry_after(headers: dict) -> float | None:
-    for name, value in headers.items():
-        if name.lower() == "retry-after":
-            try:
-                return float(value)
-            except ValueError:
-                return None
-    return None
 
 
 def classify(outcome: Outcome, reference: dict) -> tuple[str, float]:

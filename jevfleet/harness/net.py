@@ -33,6 +33,18 @@ def http(method: str, url: str, body: bytes | None = None, headers: Mapping[str,
         return err.code, dict(err.headers), err.read()
 
 
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The seconds a 429/503's Retry-After asks for (the header's name in any case), or None
+    when it is absent or not a number."""
+    for name, value in headers.items():
+        if name.lower() == "retry-after":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
 def probe(method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
           timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
     """http() for checks that must not raise: status 0 and nothing else when no server answers
