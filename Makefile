@@ -121,6 +121,13 @@ bench-decode: $(VENV)/.installed-bench
 bench-fresh-read: $(VENV)/.installed-bench
 	$(PY) -m bench.fresh_read $(BENCH_ARGS)
 
+# Whether a state read through flash attention's tiled kernel (a KV stream a sequence, 64-row pieces)
+# is bit-identical beside other reads and across cuts, with three controls that must differ, and what
+# it saves on four first-seen states; JEV_MODEL for a zoo file (bench/tiled_read.py).
+.PHONY: bench-tiled-read
+bench-tiled-read: $(VENV)/.installed-bench
+	$(PY) -m bench.tiled_read $(BENCH_ARGS)
+
 # What a question on a kept state costs a row: four 12-token questions on their own states in one call,
 # through the engine and bare llama.cpp contexts, unified or a cache stream a sequence (docs/benchmarks.md).
 .PHONY: bench-question-cost
