@@ -7,8 +7,9 @@ CPU flash attention switches at 64 query rows from a per-row kernel to a tiled o
 depend on where a row's cells fall in 64-cell tiles (docs/architecture.md). This measures what
 that costs on the configured model (JEV_MODEL for a zoo file): the same first-seen tokens read
 by
-  - the engine as a worker builds it (the default settings: deterministic, 60-row pieces), on as
-    many threads as the others (a default fleet of one worker a core would give it fewer);
+  - the engine as a worker builds it (the default settings: deterministic, its tiled reader since
+    2026-12-06, worker/tiled_reader.py), on as many threads as the others (a default fleet of one
+    worker a core would give it fewer);
   - bare llama.cpp contexts, one sequence, no eval callback, in pieces of 60 rows (per-row
     attention), 64 rows (tiled attention: the smallest piece that takes it) and 512 rows (the
     piece llama-server and fast mode use);
@@ -78,7 +79,10 @@ def engine_reader() -> Reader:
 
     def read(tokens: list[int]) -> float:
         start = time.perf_counter()
-        engine._read(token_rows((0,), 0, tokens), lambda *_: None)
+        if engine.reader:  # deterministic mode: the tiled reader, then its cells into the engine's context
+            engine.reader.read_into(engine, 0, 0, tokens)
+        else:
+            engine._read(token_rows((0,), 0, tokens), lambda *_: None)
         took = time.perf_counter() - start
         engine.remove(0)
         return took

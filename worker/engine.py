@@ -9,9 +9,10 @@ hidden state (worker/hidden.py): the answer's few logits columns, the yes/no tok
 head's (worker/head.py), are computed from it, the 262k-column output row never is.
 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, prompt cuts and
-snapshots (docs/architecture.md): flash attention on, micro-batches of 8 to 60 rows in steps of
-4 padded with throwaway rows (worker/pieces.py), each sequence's KV cells in position order
-(worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
+snapshots (docs/architecture.md): flash attention on, prefixes read whole through its tiled kernel
+in a context of their own (worker/tiled_reader.py), question rows here in micro-batches of 8 to
+60 rows in steps of 4 padded with throwaway rows (worker/pieces.py), each sequence's KV cells in
+position order (worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
 read its parts; other threads (heartbeats) read only `status` (worker/status.py), which it replaces
 after each batch.
 """
@@ -33,6 +34,7 @@ from worker.memory import WAVE_TOKENS, context_cells, model_shape, snapshot_toke
 from worker.pieces import Row, output_rows, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 from worker.status import status_of
+from worker.tiled_reader import TiledReader
 
 UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 KV_TYPES = {"f32": 0, "f16": 1}  # the kv_cache_type setting -> ggml_type (GGML_TYPE_F32, GGML_TYPE_F16)
@@ -94,7 +96,8 @@ class Engine:
         self.max_batch_requests = (N_WORK - 1) // 2  # the other half holds suffixes
         self.mem = lib.llama_get_memory(self.ctx_ptr)
         self.batch = lib.llama_batch_init(self.n_batch, 0, N_WORK)  # a prefix token: up to N_WORK sequences
-        self.decode_calls = 0  # llama_decode calls that read requests
+        self.decode_calls = 0  # llama_decode calls that read requests, the tiled reader's too
+        self.reader = TiledReader(self.model, ctx=ctx, threads=threads, kv_type=cparams.type_k) if deterministic else None
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model),
                                    second_miss=state_cache_second_miss, spill_bytes=state_cache_ram_mb << 20)
@@ -119,6 +122,8 @@ class Engine:
         lib = llama()
         if self.ctx_ptr:
             lib.llama_batch_free(self.batch)
+            if self.reader:
+                self.reader.close()
             lib.llama_free(self.ctx_ptr)
             lib.llama_model_free(self.model)
             self.ctx_ptr = None
@@ -227,14 +232,15 @@ class Engine:
                              WAVE_TOKENS)
         try:
             plan = self.cache.begin([job.prefix for job in jobs], work, warm=warm)
-            first = waves.pop(0) if waves and not plan.copies else []
+            first = waves.pop(0) if waves and not plan.copies and not self.reader else []
             sharing: dict[int, tuple[int, ...]] = {}
             for seq, j, _ in first:
                 self.copy(j, seq, len(jobs[j].prefix))  # the cells it has before its read: preamble, snapshot
                 sharing[j] = sharing.get(j, ()) + (seq,)
-            reads = [row for seq, start, tokens in plan.reads
+            read = self.reader.read_prefixes(self, plan) if self.reader else 0
+            reads = [row for seq, start, tokens in ([] if self.reader else plan.reads)
                      for row in token_rows((seq, *sharing.get(seq, ())), start, tokens)]
-            read = self._read_wave(jobs, first, reads)
+            read += self._read_wave(jobs, first, reads)
             for src, dst, n in plan.copies:
                 self.copy(src, dst, n)
             for job, reused in zip(jobs, plan.reused):
@@ -282,7 +288,10 @@ class Engine:
         loading, so the preamble's cells are the lowest and never need to move."""
         if not self.cache.enabled or len(tokens) < self.cache.min_tokens:
             return
-        self._read(token_rows((0,), 0, tokens), None)
+        if self.reader:
+            self.reader.read_into(self, 0, 0, tokens)
+        else:
+            self._read(token_rows((0,), 0, tokens), None)
         self.cache.pin(tokens, 0)
         self.remove(0)
         seq = self.cache.entries[0].seq

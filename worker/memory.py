@@ -8,7 +8,8 @@ V widths of each layer, the vocabulary's size and the file's size. The estimate 
 worker: the weights (the whole file: llama.cpp repacks most quantized weights into memory of the
 process's own, so workers do not share them through the page cache; the file's own pages, which
 they do share, count once more for the host), the KV cells of its context
-(worker/engine.py sizes them), its host-memory tier (state_cache_ram_mb) and llama.cpp's logits
+(worker/engine.py sizes them) and, in deterministic mode, of its tiled reader's (one longest
+prompt, worker/tiled_reader.py), its host-memory tier (state_cache_ram_mb) and llama.cpp's logits
 rows. llama.cpp's compute buffers come on top, a few percent for these batch sizes: HEADROOM.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from shared.config import Settings, replace
 from shared.gguf_file import ModelFileError
 from shared.llama import MAX_STATE_CACHE, N_WORK, ggml, gguf_header
+from worker.tiled_reader import reader_cells
 
 GGUF_TYPE_UINT32, GGUF_TYPE_INT32, GGUF_TYPE_ARRAY = 4, 5, 9
 KV_ELEMENT_BYTES = 2  # llama.cpp's default K and V cache type, F16
@@ -133,6 +135,8 @@ def worker_bytes(settings: Settings, shape: ModelShape) -> dict[str, int]:
     return {"weights": shape.file_bytes,
             "KV cells": context_cells(settings.ctx, settings.batch_tokens, snapshot_tokens(settings, shape))
                         * shape.kv_bytes_per_token,
+            "tiled reader's cells": (reader_cells(settings.ctx) if settings.mode == "deterministic" else 0)
+                                    * shape.kv_bytes_per_token,
             "host-memory tier": settings.state_cache_ram_mb * MIB,
             "logits rows": n_outputs * shape.n_vocab * 4}
 

@@ -58,6 +58,7 @@ class Plan:
     admit: list[int] = field(default_factory=list)  # jobs whose prefix becomes a snapshot
     spill: list[int] = field(default_factory=list)  # jobs whose missed prefix goes to host memory
     protect: set[Entry] = field(default_factory=set)  # the entries this batch uses: end() keeps them
+    windows: dict[int, int] = field(default_factory=dict)  # working seq -> Entry.window_from, if read with a gap
     warm: bool = False
 
     def share_duplicates(self) -> list[int]:

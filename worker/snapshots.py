@@ -205,7 +205,8 @@ class SnapshotCache:
             seq = self._free.pop()
             self.backend.copy(plan.work[j], seq, len(prefix))
             self._clock += 1
-            self._add(Entry(tokens=list(prefix), seq=seq, key=plan.keys[j], state=state, used=self._clock))
+            self._add(Entry(tokens=list(prefix), seq=seq, key=plan.keys[j], state=state, used=self._clock,
+                            window_from=plan.windows.get(plan.work[j], 0)))
 
     def _make_room(self, entries: int, tokens: int, protect: set[Entry]) -> bool:
         """Evict the least recently used entries (not pinned, not in `protect`) that must go for

@@ -1,0 +1,123 @@
+"""Deterministic mode's prefix reads, through flash attention's tiled kernel, in a context of their own.
+
+From 64 query rows ggml's CPU flash attention takes a tiled kernel, 1.2-2x faster on a fresh read
+than its per-row kernel (`make bench-fresh-read`), whose sums follow 64-cell tile edges counted
+from the first cell of the cache; in the engine's context, whose cells every sequence shares,
+those edges fall anywhere in a prefix. Here one sequence has the cache to itself: emptied before
+each read, cell p holds position p, so the edges fall at fixed positions (`make bench-tiled-read`
+checks it bit for bit, with controls that differ). The prefix's new cells then go to the engine's
+context as a sequence blob, where only question rows are read (per-row kernel, under 64 rows),
+and that kernel depends only on the cells' order, which a blob keeps.
+
+Invariant: every prefix row (preamble and state) a deterministic engine reads is read here, in
+pieces of exactly TILE rows, a short last piece filled with throwaway rows after the prefix, with
+cell p holding position p for every position before it; so a row's K and V depend only on the
+tokens up to it, never on a snapshot match, a batch mate or where the engine's cells lie. What the
+engine already holds of a prefix (the preamble, a snapshot's match) comes in as a blob; except
+where a sliding window would leave cells out of it (a match longer than the window): that prefix
+is read again from position 0, as the gap would shift the cells after it against the tile edges.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Protocol
+
+from shared.llama import llama
+from worker.snapshot_parts import Plan
+
+TILE = 64  # ggml's GGML_FA_TILE_Q (query rows from which the tiled kernel runs) and GGML_FA_TILE_KV
+CELLS_STEP = 256
+
+
+def reader_cells(ctx: int) -> int:
+    """KV cells of the reader's context: the longest prompt and a last piece's padding, in 256s."""
+    return -(-(ctx + TILE) // CELLS_STEP) * CELLS_STEP
+
+
+class Cells(Protocol):
+    """The engine's side of a move (worker/engine.py)."""
+    scratch: int
+    decode_calls: int  # the engine's count of llama_decode calls that read requests: the reader's go there too
+
+    def save(self, seq: int): ...
+    def restore(self, seq: int, blob) -> None: ...
+    def copy(self, src: int, dst: int, length: int) -> None: ...
+    def remove(self, seq: int, p0: int = -1, p1: int = -1) -> None: ...
+    def pos_min(self, seq: int) -> int: ...
+
+
+class TiledReader:
+    """A one-sequence llama.cpp context on the engine's model, with the engine's threads and KV types."""
+
+    def __init__(self, model, *, ctx: int, threads: int, kv_type: int) -> None:
+        lib = llama()
+        self.n_swa = lib.llama_model_n_swa(model)
+        params = lib.llama_context_default_params()
+        params.n_ctx, params.n_seq_max = reader_cells(ctx), 1
+        params.n_batch = params.n_ubatch = TILE
+        params.n_outputs_max = 1  # a prefix piece has no output rows
+        params.n_threads = params.n_threads_batch = threads
+        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        params.type_k = params.type_v = kv_type  # blobs move between this context and the engine's
+        params.swa_full = True
+        params.no_perf = True
+        self.ctx = lib.llama_init_from_model(model, params)
+        if not self.ctx:
+            raise RuntimeError("llama.cpp could not create the tiled reader's context")
+        self.mem = lib.llama_get_memory(self.ctx)
+        self.batch = lib.llama_batch_init(TILE, 0, 1)
+
+    def close(self) -> None:
+        lib = llama()
+        if self.ctx:
+            lib.llama_batch_free(self.batch)
+            lib.llama_free(self.ctx)
+            self.ctx = None
+
+    def read_prefixes(self, cells: Cells, plan: Plan) -> int:
+        """Every prefix the batch reads (Plan.reads), whole, its new cells into its working
+        sequence; sliding-window gaps into plan.windows. Returns the new tokens."""
+        for seq, start, tokens in plan.reads:
+            plan.windows[seq] = self.read_into(cells, seq, start, plan.prefixes[plan.work.index(seq)])
+        return sum(len(tokens) for _, _, tokens in plan.reads)
+
+    def read(self, cells: Cells, tokens: list[int], start: int = 0) -> None:
+        """Read `tokens` from position `start` (the cache holds positions 0 to start - 1 in cells 0
+        to start - 1), TILE rows a call; the padding rows are removed afterwards."""
+        lib, b = llama(), self.batch
+        for at in range(start, len(tokens), TILE):
+            part = tokens[at : at + TILE]
+            part += [part[-1]] * (TILE - len(part))
+            for i, token in enumerate(part):
+                b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, at + i, 1, False
+                b.seq_id[i][0] = 0
+            b.n_tokens = TILE
+            rc = lib.llama_decode(self.ctx, b)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc} in the tiled reader")
+            cells.decode_calls += 1
+        lib.llama_memory_seq_rm(self.mem, 0, len(tokens), -1)
+
+    def read_into(self, cells: Cells, seq: int, start: int, prefix: list[int]) -> int:
+        """Read `prefix` and give `seq` of the engine's context, which holds its first `start`
+        tokens, the cells of the rest: restored into the scratch sequence (first-fit, in position
+        order) and shared from there. Returns where its sliding-window cells start if a window
+        left out some of the new ones, else 0 (worker/snapshot_moves.py: the cache must not match
+        across that gap)."""
+        lib = llama()
+        lib.llama_memory_clear(self.mem, True)
+        held = start if start and (self.n_swa <= 0 or start <= self.n_swa) else 0
+        if held:
+            blob = cells.save(seq)  # its cells, in position order (worker/snapshots.py): here 0 to start - 1
+            if lib.llama_state_seq_set_data(self.ctx, blob, len(blob), 0) == 0:
+                raise RuntimeError("could not move a prefix into the tiled reader")
+        self.read(cells, prefix, held)
+        lib.llama_memory_seq_rm(self.mem, 0, 0, start)
+        blob = (ctypes.c_uint8 * lib.llama_state_seq_get_size(self.ctx, 0))()
+        if lib.llama_state_seq_get_data(self.ctx, blob, len(blob), 0) != len(blob):
+            raise RuntimeError("could not save the tiled reader's sequence")
+        cells.restore(cells.scratch, blob)
+        window_from = cells.pos_min(cells.scratch)
+        cells.copy(cells.scratch, seq, len(prefix))
+        cells.remove(cells.scratch)
+        return window_from if window_from > start else 0
