@@ -35,7 +35,7 @@ import numpy as np
 
 from shared.config import load_settings
 from shared.derive import serving_profile
-from shared.llama import llama, load_model
+from shared.llama import llama, load_model, restore_sequence, save_sequence
 from shared.model_files import resolve_model
 
 TILE = 64  # ggml's GGML_FA_TILE_Q and GGML_FA_TILE_KV
@@ -111,19 +111,13 @@ class Context:
             self.lib.llama_memory_seq_rm(self.mem, seq, start, -1)
         return {seq: logits[i] for seq, i in last.items()}
 
-    def save(self, seq: int) -> ctypes.Array:
-        blob = (ctypes.c_uint8 * self.lib.llama_state_seq_get_size(self.ctx, seq))()
-        self.lib.llama_state_seq_get_data(self.ctx, blob, len(blob), seq)
-        return blob
-
     def save_unified(self, seq: int) -> ctypes.Array:
         """The sequence's blob as a unified (one-stream) cache reads it (one_stream)."""
-        blob = one_stream(bytes(self.save(seq)))
+        blob = one_stream(bytes(save_sequence(self.ctx, seq)))
         return (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
 
     def load(self, seq: int, blob: ctypes.Array) -> None:
-        if self.lib.llama_state_seq_set_data(self.ctx, blob, len(blob), seq) == 0:
-            raise RuntimeError("llama_state_seq_set_data failed")
+        restore_sequence(self.ctx, seq, blob)
 
 
 def one_stream(blob: bytes) -> bytes:

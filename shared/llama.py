@@ -148,6 +148,22 @@ class GGUFInitParams(ctypes.Structure):
     _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
 
 
+def save_sequence(ctx, seq: int) -> ctypes.Array:
+    """A sequence's cells out of a context as llama.cpp's blob (positions, then K and V rows), in
+    cell order: how the engine saves snapshots and the tiled reader hands its reads over."""
+    lib = llama()
+    blob = (ctypes.c_uint8 * lib.llama_state_seq_get_size(ctx, seq))()
+    if lib.llama_state_seq_get_data(ctx, blob, len(blob), seq) != len(blob):
+        raise RuntimeError(f"could not save sequence {seq}")
+    return blob
+
+
+def restore_sequence(ctx, seq: int, blob: ctypes.Array) -> None:
+    """A blob of save_sequence into `seq` (emptied first), first-fit into contiguous cells."""
+    if llama().llama_state_seq_set_data(ctx, blob, len(blob), seq) == 0:
+        raise RuntimeError(f"could not restore sequence {seq}")
+
+
 def ggml() -> ctypes.CDLL:
     """ggml's base library from llama-cpp-python's own build (llama-cpp-python wraps none of it):
     the tensor accessors an eval callback needs and the GGUF header reader (worker/hidden.py,

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from shared.config import Settings
-from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, tokenize
+from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, restore_sequence, save_sequence, tokenize
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
@@ -139,15 +139,10 @@ class Engine:
         llama().llama_memory_seq_rm(self.mem, seq, p0, p1)
 
     def save(self, seq: int) -> ctypes.Array:
-        lib = llama()
-        blob = (ctypes.c_uint8 * lib.llama_state_seq_get_size(self.ctx_ptr, seq))()
-        if lib.llama_state_seq_get_data(self.ctx_ptr, blob, len(blob), seq) != len(blob):
-            raise RuntimeError(f"could not save sequence {seq}")
-        return blob
+        return save_sequence(self.ctx_ptr, seq)
 
     def restore(self, seq: int, blob: ctypes.Array) -> None:
-        if llama().llama_state_seq_set_data(self.ctx_ptr, blob, len(blob), seq) == 0:
-            raise RuntimeError(f"could not restore sequence {seq}")
+        restore_sequence(self.ctx_ptr, seq, blob)
 
     def pos_min(self, seq: int) -> int:
         return llama().llama_memory_seq_pos_min(self.mem, seq)

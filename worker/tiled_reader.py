@@ -19,10 +19,9 @@ is read again from position 0, as the gap would shift the cells after it against
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Protocol
 
-from shared.llama import llama
+from shared.llama import llama, restore_sequence, save_sequence
 from worker.snapshot_parts import Plan
 
 TILE = 64  # ggml's GGML_FA_TILE_Q (query rows from which the tiled kernel runs) and GGML_FA_TILE_KV
@@ -107,16 +106,11 @@ class TiledReader:
         lib = llama()
         lib.llama_memory_clear(self.mem, True)
         held = start if start and (self.n_swa <= 0 or start <= self.n_swa) else 0
-        if held:
-            blob = cells.save(seq)  # its cells, in position order (worker/snapshots.py): here 0 to start - 1
-            if lib.llama_state_seq_set_data(self.ctx, blob, len(blob), 0) == 0:
-                raise RuntimeError("could not move a prefix into the tiled reader")
+        if held:  # its cells, in position order (worker/snapshots.py): here 0 to start - 1
+            restore_sequence(self.ctx, 0, cells.save(seq))
         self.read(cells, prefix, held)
         lib.llama_memory_seq_rm(self.mem, 0, 0, start)
-        blob = (ctypes.c_uint8 * lib.llama_state_seq_get_size(self.ctx, 0))()
-        if lib.llama_state_seq_get_data(self.ctx, blob, len(blob), 0) != len(blob):
-            raise RuntimeError("could not save the tiled reader's sequence")
-        cells.restore(cells.scratch, blob)
+        cells.restore(cells.scratch, save_sequence(self.ctx, 0))
         window_from = cells.pos_min(cells.scratch)
         cells.copy(cells.scratch, seq, len(prefix))
         cells.remove(cells.scratch)
