@@ -120,7 +120,8 @@ def layout_mates(k: int) -> list[tuple[str, list[str]]]:
 
 
 # Our modules that decide how a prompt's tokens become a margin: which cells, which pieces, which rows.
-READING_CODE = ("engine.py", "tiled_reader.py", "pieces.py", "hidden.py", "head.py", "exact.py", "snapshots.py", "snapshot_moves.py")
+READING_CODE = ("engine.py", "tiled_reader.py", "pieces.py", "hidden.py", "head.py", "exact.py", "snapshots.py",
+                "snapshot_moves.py")
 
 
 def _build() -> str:
