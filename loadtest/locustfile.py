@@ -20,6 +20,7 @@ from functools import lru_cache
 
 from locust import FastHttpUser, constant, events, task
 
+from jevfleet.harness.net import retry_wait
 from loadtest import fresh, workloads
 from loadtest.protocols import PROTOCOLS, Protocol
 from loadtest.validate import InvalidAnswer
@@ -72,7 +73,7 @@ class DecisionUser(FastHttpUser):
             if resp.status_code in SHED_STATUSES:
                 resp.request_meta["name"] = "shed"
                 resp.success()
-                wait = min(float(resp.headers.get("Retry-After") or 1), MAX_RETRY_WAIT_S)
+                wait = retry_wait(resp.headers, most=MAX_RETRY_WAIT_S)
             elif resp.status_code != 200:
                 resp.request_meta["response_length"] = 0
                 resp.failure(f"status {resp.status_code}: {(resp.text or str(resp.error))[:200]}")

@@ -12,11 +12,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from jevfleet.harness.net import http
+from jevfleet.harness.net import http, retry_wait
 from quality.items import QUESTION_ID, Item, Skipped, outcome, refused
 from quality.metrics import Outcome
 
 RETRIES = 20
+MAX_WAIT_S = 30.0  # the longest a Retry-After is waited (a server asking for an hour must not stall a run)
 
 
 def endpoint(url: str) -> str:
@@ -41,7 +42,7 @@ class RemoteRunner:
             answer = json.loads(raw)
         except ValueError:  # not our JSON: e.g. a load balancer's own error page
             answer = {"detail": raw[:200].decode("utf-8", "replace")}
-        return status, answer, 0.0 if status == 200 else float(got.get("Retry-After") or 1)
+        return status, answer, 0.0 if status == 200 else retry_wait(got, most=MAX_WAIT_S)
 
     def _ask_one(self, item: Item) -> Outcome | Skipped:
         for _ in range(RETRIES):

@@ -298,3 +298,33 @@ def test_items_the_server_refuses_are_skipped_with_its_reason(tmp_path):
     runner._post = lambda body: (422, {"detail": [{"msg": "State must not be empty"}]}, 0.0)
     (result,) = runner.ask([refused])
     assert isinstance(result, Skipped) and result.reason.startswith("HTTP 422") and "empty" in result.reason
+
+
+def test_a_busy_server_is_retried_after_its_retry_after_whatever_its_form(tmp_path):
+    """Other servers send Retry-After in lower case, as an HTTP date, or ask for an hour: the
+    run neither crashes nor stalls (a real HTTP server on loopback answering 503)."""
+    import http.server
+    import threading
+
+    asked = iter(["2", "Wed, 21 Oct 2026 07:28:00 GMT", "3600", "-5"])
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(503)
+            self.send_header("retry-after", next(asked))
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        runner = RemoteRunner(f"http://127.0.0.1:{server.server_port}")
+        waits = [runner._post({})[2] for _ in range(4)]
+    finally:
+        server.shutdown()
+    assert waits == [2.0, 1.0, 30.0, 0.0]  # as asked; a date reads as absent (1 s); capped; never negative

@@ -45,6 +45,14 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
+def retry_wait(headers: Mapping[str, str], *, most: float, default: float = 1.0) -> float:
+    """Seconds to wait before trying again: the Retry-After asked for, within 0..most; `default`
+    when it is absent or not a number (another server's HTTP date, say), so a client never stalls
+    or crashes on it."""
+    asked = retry_after(headers)
+    return min(default if asked is None else max(0.0, asked), most)
+
+
 def probe(method: str, url: str, body: bytes | None = None, headers: Mapping[str, str] | None = None,
           timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
     """http() for checks that must not raise: status 0 and nothing else when no server answers
