@@ -4,9 +4,11 @@ on a few real items, in-process and through the real fleet (whose answers must b
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import json
 import math
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -300,12 +302,9 @@ def test_items_the_server_refuses_are_skipped_with_its_reason(tmp_path):
     assert isinstance(result, Skipped) and result.reason.startswith("HTTP 422") and "empty" in result.reason
 
 
-def test_a_busy_server_is_retried_after_its_retry_after_whatever_its_form(tmp_path):
+def test_a_busy_server_is_retried_after_its_retry_after_whatever_its_form():
     """Other servers send Retry-After in lower case, as an HTTP date, or ask for an hour: the
     run neither crashes nor stalls (a real HTTP server on loopback answering 503)."""
-    import http.server
-    import threading
-
     asked = iter(["2", "Wed, 21 Oct 2026 07:28:00 GMT", "3600", "-5"])
 
     class Busy(http.server.BaseHTTPRequestHandler):
