@@ -3,12 +3,13 @@ PY_BOOT ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Building llama-cpp-python from source: the LLaVA part is not needed and costs a minute.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
-# llama.cpp without Intel AMX: shared/llama.no_amx_flags gives the flags and says why.
-NO_AMX := $(shell $(PY_BOOT) -c 'from shared.llama import no_amx_flags; print(no_amx_flags())')
-export CFLAGS += $(NO_AMX)
-export CXXFLAGS += $(NO_AMX)
+# Which llama.cpp build the venv gets (shared/llama_build.py): x86-64-v3, the portable default that
+# computes the same bits on every AVX2 machine (CI's, every developer's, every node's), or native
+# (faster where the CPU has AVX-512; its answers differ in the last bits from the portable build's,
+# and a fleet admits only workers whose arithmetic agrees). Built once into the cache dir by recipe.
+LLAMA_BUILD ?= x86-64-v3
+export LLAMA_BUILD
+LLAMA_INSTALL = $(PY_BOOT) -m shared.llama_build install --python $(PY) --level $(LLAMA_BUILD)
 
 SERVE_FLAGS := $(if $(PORT),--port $(PORT)) $(if $(WORKERS),--workers $(WORKERS))
 
@@ -28,9 +29,10 @@ LOADTEST_OUT ?= docs/benchmarks
 
 # $(STAMP): the package with what `make serve` needs. Each extra of pyproject.toml (test, loadtest,
 # bench, quality) has a stamp of its own, installed by the targets that use it.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml shared/llama_build.py
 	test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(LLAMA_INSTALL)
 	$(PY) -m pip install --progress-bar off -e .
 	touch $(STAMP)
 
@@ -40,13 +42,26 @@ $(VENV)/.installed-%: $(STAMP)
 
 setup: $(STAMP)
 
-serve: $(STAMP)
+# The llama.cpp build is checked at each run (a file read): LLAMA_BUILD=native after a portable
+# install, or back, swaps the library without a new venv.
+.PHONY: llama-build
+llama-build: $(STAMP)
+	@$(LLAMA_INSTALL)
+
+serve: $(STAMP) llama-build
 	exec $(VENV)/bin/jevfleet serve $(SERVE_FLAGS)
 
 # Three tiers, each timed: fast (no model), model (the GGUF in-process), fleet (supervisord); see
 # tests/tiers.py. PYTEST_ARGS go to every tier; a tier that fails or selects nothing fails the run.
-test: $(VENV)/.installed-test test-tools
+test: $(VENV)/.installed-test llama-build test-variant test-tools
 	$(PY) -m tests.tiers $(PYTEST_ARGS)
+
+# The second llama.cpp build that tests/test_arithmetic.py starts a worker on: x86-64-v2 (no AVX), whose
+# kernels compute other bits on any x86-64 CPU. Its libraries only, built once into the cache dir
+# (~2.5 min on two cores) before the timed tiers.
+.PHONY: test-variant
+test-variant: $(STAMP)
+	$(PY_BOOT) -m shared.llama_build libs --level x86-64-v2
 
 # What the multi-host and Kubernetes tests need besides Python packages, from Debian, installed when
 # missing and we are root (as in CI); otherwise those tests skip. tests/test_multihost.py: HAProxy and
@@ -69,7 +84,7 @@ test-tools:
 # The OCI image (deploy/Containerfile) with podman: the base, the wheelhouse, then podman build, each
 # step skipped when its inputs are unchanged (deploy/image.py). IMAGE_ARGS="--base python:3.11-slim".
 .PHONY: image
-image: $(STAMP) test-tools
+image: $(STAMP) llama-build test-tools
 	$(PY) -m deploy.image $(IMAGE_ARGS)
 
 loadtest: $(VENV)/.installed-loadtest

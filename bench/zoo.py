@@ -10,7 +10,7 @@ F16/F32 file tensor by tensor (one tensor in memory at a time), quantizes it, de
 
 Tokenizers and templates come from the llama-cpp-python source distribution of the pinned version
 (vendor/llama.cpp/models/ggml-vocab-*.gguf and models/templates/*.jinja), fetched once with
-`pip download` into the cache dir (loadtest/llama_server.sdist, which llama-server is built from); Gemma's
+`pip download` into the cache dir (shared/llama_build.sdist, which every llama.cpp build here is made from); Gemma's
 tokenizer is not among llama.cpp's vocabulary files, so Gemma recipes take it, with its chat
 template, from the default model's GGUF (Gemma 3 270M, a dependency). One module: the recipe
 table, the tensor list of each architecture and the writer are read together when a recipe changes.
@@ -31,7 +31,7 @@ from typing import Iterator
 
 import numpy as np
 
-from loadtest.llama_server import sdist
+from shared.llama_build import sdist
 from loadtest.validate import RANDOM_WEIGHTS
 
 FORMAT = 1  # bump when the writer changes what a recipe produces

@@ -7,10 +7,12 @@ Three steps, each skipped when its inputs have not changed:
    registry is reachable). The default, localhost/jevfleet-base:bookworm, is made here when missing:
    a Debian 12 root file system from mmdebstrap (BASE_PACKAGES), imported.
 2. The wheelhouse, build/image/wheels: every package the project needs, as wheels, taken by this
-   checkout's own pip from its cache, so llama-cpp-python's wheel built for .venv is reused and never
-   compiled again (it is py3-none-linux_x86_64: ctypes, not tied to one Python). Redone when
-   pyproject.toml changes. The wheels must suit the image's Python: this checks that the host's
-   Python has the same major.minor version as the image's.
+   checkout's own pip, llama-cpp-python's from the portable build kept in the cache dir
+   (shared/llama_build.py: x86-64-v3, the one .venv has), never compiled again (it is
+   py3-none-linux_x86_64: ctypes, not tied to one Python). Its libraries are checked to hold no
+   AVX-512 or AMX instruction, so the image runs on every x86-64-v3 node and computes there the
+   bits it computes here. Redone when pyproject.toml or the build changes. The wheels must suit the
+   image's Python: this checks that the host's Python has the same major.minor version as the image's.
 3. podman build, with a digest of the wheels and of the model-baking code as a build argument, so
    podman's layer cache rebuilds the heavy layer exactly when they change.
 
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from shared import llama_build
 from shared.config import PROJECT_ROOT
 
 IMAGE = "localhost/jevfleet:local"
@@ -117,9 +120,11 @@ def _digest(paths: list[Path]) -> str:
 
 
 def build_wheels(python: str = sys.executable) -> Path:
-    """build/image/wheels from pip's cache; kept while pyproject.toml is unchanged (a stamp)."""
+    """build/image/wheels, llama-cpp-python's the portable one; kept while pyproject.toml and the
+    build are unchanged (a stamp)."""
     stamp = BUILD_DIR / "wheels.stamp"
-    key = _digest([PROJECT_ROOT / "pyproject.toml"])
+    llama_wheel = llama_build.wheel(llama_build.DEFAULT_LEVEL, python=python)
+    key = _digest([PROJECT_ROOT / "pyproject.toml"]) + llama_wheel.parent.name
     if stamp.is_file() and stamp.read_text() == key and any(WHEELS.glob("*.whl")):
         return WHEELS
     version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -129,14 +134,30 @@ def build_wheels(python: str = sys.executable) -> Path:
                          f"{IMAGE_PYTHON}, whose compiled packages differ: run with a {IMAGE_PYTHON} Python")
     shutil.rmtree(WHEELS, ignore_errors=True)
     WHEELS.mkdir(parents=True)
-    proc = subprocess.run([python, "-m", "pip", "wheel", "--quiet", "--progress-bar", "off", "--wheel-dir",
-                           str(WHEELS), str(PROJECT_ROOT)], capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run([python, "-m", "pip", "wheel", "--quiet", "--progress-bar", "off", "--find-links",
+                           str(llama_wheel.parent), "--only-binary", "llama-cpp-python", "--wheel-dir", str(WHEELS),
+                           str(PROJECT_ROOT)], capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise ImageError(f"pip wheel failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
     for own in WHEELS.glob("jevfleet-*.whl"):  # the code goes into the image as files, not as a wheel
         own.unlink()
+    check_portable(next(WHEELS.glob("llama_cpp_python-*.whl")))
     stamp.write_text(key)
     return WHEELS
+
+
+def check_portable(wheel: Path) -> None:
+    """ImageError unless every shared library of the llama-cpp-python wheel is free of AVX-512
+    and AMX instructions (shared/llama_build.wide_instructions): an image built on an AVX-512 host
+    must not stop with an illegal instruction on an AVX2 node."""
+    with tempfile.TemporaryDirectory() as tmp:
+        libraries = llama_build.wheel_libraries(wheel, Path(tmp))
+        if not libraries:
+            raise ImageError(f"{wheel.name} holds no llama.cpp library")
+        for library in libraries:
+            if found := llama_build.wide_instructions(library):
+                raise ImageError(f"{wheel.name}: {library.name} holds AVX-512/AMX instructions, which an "
+                                 f"x86-64-v3 node cannot run (first: {found[0]}); build it with LLAMA_BUILD=x86-64-v3")
 
 
 def inputs_digest() -> str:

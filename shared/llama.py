@@ -9,6 +9,7 @@ from the shapes of its micro-batches (worker/pieces.py), not from switching kern
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import platform
 import re
 import sys
@@ -78,23 +79,40 @@ def llama() -> ModuleType:
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
         _llama = llama_cpp
         if built_with_amx():
-            sys.stderr.write(f"jevfleet: this llama-cpp-python was built with Intel AMX; install it through the "
-                             f"Makefile, which builds it with {no_amx_flags()} (shared/llama.no_amx_flags says why)\n")
+            sys.stderr.write("jevfleet: this llama-cpp-python was built with Intel AMX; install it through the "
+                             "Makefile, which builds it without (shared/llama_build.no_amx_flags says why)\n")
     return _llama
-
-
-def no_amx_flags() -> str:
-    """C/C++ compiler flags that keep Intel AMX out of a llama.cpp build ("" off x86_64). The
-    Makefile builds llama-cpp-python with them and loadtest/llama_server.py builds llama-server
-    with them: -march=native turns AMX on where the CPU lists it, some VMs list it and then fault
-    on its first tile instruction (SIGILL in llama_decode), and deterministic mode's shape rules
-    cover the repacked and tiled kernels, not AMX's (docs/architecture.md). Standard library
-    only: the Makefile reads this with the system Python, before the venv exists."""
-    return "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if platform.machine() == "x86_64" else ""
 
 
 def built_with_amx() -> bool:
     return b"AMX_INT8 = 1" in llama().llama_print_system_info()
+
+
+def isa_level(system_info: str) -> str:
+    """The x86-64 level llama.cpp's CPU backend was compiled for, from its system info (which
+    lists each instruction-set extension it was built with as "NAME = 1"): what decides its
+    kernels, so two builds of one level compute the same bits on any CPU that runs them."""
+    built = set(re.findall(r"(\w+) = 1", system_info))
+    if platform.machine() != "x86_64":
+        return platform.machine()
+    if "AVX512" in built:
+        return "x86-64-v4 (AVX-512" + "".join(f", {x}" for x in sorted(built) if x.startswith("AVX512_")) + ")"
+    if {"AVX2", "FMA", "F16C", "BMI2"} <= built:
+        return "x86-64-v3"
+    return "x86-64-v2" if "SSE3" in built or "SSSE3" in built else "x86-64"
+
+
+def build_description() -> str:
+    """Which llama.cpp computes here, for a worker's serving facts and its refusal line: the
+    llama-cpp-python version, the level its CPU backend was compiled for, and a digest of that
+    library, which tells apart two builds of one level by other compilers."""
+    lib = llama()
+    from llama_cpp import llama_cpp as raw
+
+    cpu = Path(raw._base_path) / "libggml-cpu.so"
+    digest = hashlib.sha256(cpu.read_bytes()).hexdigest()[:12] if cpu.is_file() else "not found"
+    return f"llama-cpp-python {lib.__version__} {isa_level(lib.llama_print_system_info().decode())}, " \
+           f"libggml-cpu {digest}"
 
 
 def load_model(path: Path, *, vocab_only: bool = False):
