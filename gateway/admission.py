@@ -1,7 +1,11 @@
 """Which workers may join the fleet: only those that serve exactly what the gateway serves.
 
 Invariant: a worker whose stated facts (shared/serving.py) differ from the gateway's is never
-a member of the fleet, so no request is ever sent to it. It is logged once per process and
+a member of the fleet, so no request is ever sent to it. Its arithmetic (the bits of its start-up
+probe's answer) must equal the fleet's: pinned by the fleet_arithmetic setting, or else set by the
+first worker admitted since this gateway started. A restarted gateway without the setting takes the
+first worker back as the reference: if that one is the odd one, the others are refused and /health
+says so, both builds named; pinning the setting (its value is in /health) removes that case. It is logged once per process and
 listed by /health with the reason until it has been silent for a while. A worker that could not
 start at all (CannotStart: it exits 2 after saying why) is listed as "failed" with its reason
 until a worker of that id is admitted.
@@ -28,23 +32,39 @@ class Refused:
 
 
 class Admission:
-    def __init__(self, expected: dict[str, str] | None) -> None:
-        """expected: the gateway's own facts; None admits every worker (unit tests of the fleet)."""
+    def __init__(self, expected: dict[str, str] | None, arithmetic: str = "") -> None:
+        """expected: the gateway's own facts; None admits every worker (unit tests of the fleet).
+        arithmetic: the digest every member's probe answer must have ("" = the first member's)."""
         self.expected = expected
+        self.arithmetic = arithmetic
+        self.arithmetic_from = "the fleet_arithmetic setting" if arithmetic else ""
         self.refused: dict[str, Refused] = {}
 
     def admits(self, msg: Ready) -> bool:
         """Whether the sender of this READY/HEARTBEAT may serve; a refusal is logged once."""
-        reason = None if self.expected is None else mismatch(self.expected, msg.serves)
+        reason = None if self.expected is None else (mismatch(self.expected, msg.serves) or self._odd(msg.serves))
         if reason is None:
             self.refused.pop(msg.worker_id, None)
+            if self.expected is not None and not self.arithmetic and msg.serves.get("arithmetic"):
+                self.arithmetic = msg.serves["arithmetic"]
+                self.arithmetic_from = f"worker {msg.worker_id}, {msg.serves.get('llama_build', 'build not stated')}"
+                log.info("the fleet's arithmetic is %s (%s)", self.arithmetic, self.arithmetic_from)
             return True
         known = self.refused.get(msg.worker_id)
         if known is None or known.pid != msg.pid:
-            log.warning("refused worker %s (pid %d): it does not serve the gateway's model: %s",
+            log.warning("refused worker %s (pid %d): it does not serve what the gateway serves: %s",
                         msg.worker_id, msg.pid, reason)
         self.refused[msg.worker_id] = Refused(msg.worker_id, msg.pid, reason, time.monotonic())
         return False
+
+    def _odd(self, serves: dict[str, str]) -> str | None:
+        """Why a worker's arithmetic is not the fleet's, naming both builds; None if it is."""
+        stated = serves.get("arithmetic", "")
+        if not self.arithmetic or stated == self.arithmetic:
+            return None
+        return (f"its arithmetic differs: its start-up probe answers with bits {stated or 'not stated'} "
+                f"({serves.get('llama_build', 'build not stated')}), the fleet's with {self.arithmetic} "
+                f"({self.arithmetic_from}); the same prompt would get other answers from it")
 
     def cannot_start(self, msg: CannotStart) -> None:
         """A worker that failed before it was up says why, once, and exits."""

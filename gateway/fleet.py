@@ -38,7 +38,7 @@ class Fleet:
         self.settings = settings
         self.endpoint = settings.zmq_endpoint
         self.link = Link(settings)
-        self.membership = Membership(settings, self.link, Admission(serves), on_down=self._down, on_up=self._up)
+        self.membership = Membership(settings, self.link, Admission(serves, settings.fleet_arithmetic), on_down=self._down, on_up=self._up)
         limits = Limits(queue_tokens=settings.queue_tokens, queue_requests=settings.queue_requests,
                         affinity_slack_tokens=settings.affinity_slack_tokens)
         self.placement = Placement(self.membership, limits, preamble_tokens=preamble_tokens,
@@ -81,8 +81,9 @@ class Fleet:
         self.link.close()
 
     def describe(self) -> dict:
-        """Fleet-wide counters for /health."""
-        return self.placement.describe()
+        """Fleet-wide counters for /health, and the arithmetic every member has (gateway/admission.py)."""
+        return {**self.placement.describe(), "arithmetic": self.admission.arithmetic or None,
+                "arithmetic_from": self.admission.arithmetic_from or None}
 
     async def submit(self, score: Score) -> Result:
         """Send to a worker and wait for its result (gateway/placement.py)."""

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     endpoint: str = Field("", description="ZeroMQ endpoint of the gateway's ROUTER; empty = workers.ipc in run_dir")
     heartbeat_s: float = Field(0.5, gt=0, description="seconds between a worker's heartbeats")
     dead_after_s: float = Field(2.0, gt=0, description="a worker silent this many seconds is taken out of service")
+    fleet_arithmetic: str = Field("", description="the digest of the bits of the start-up probe's answer that "
+                                  "every worker must state to join (/health shows the fleet's, fleet.arithmetic); "
+                                  "empty = the first worker this gateway admits sets it")
     queue_tokens: int = Field(4096, ge=1, description="per worker: tokens its queue may make it read before 429 "
                                                       "(kept prefixes are not counted; an idle worker takes any "
                                                       "request)")

@@ -34,6 +34,17 @@ def serving_facts(*, profile: Profile, model_sha256: str, mode: str, tokenize: T
     }
 
 
+def with_arithmetic(facts: dict[str, str], *, arithmetic: str, llama_build: str) -> dict[str, str]:
+    """A worker's facts with its arithmetic: `arithmetic`, a digest of the exact bits of its
+    start-up probe's answer (worker/canary.py arithmetic_digest), and `llama_build`, which
+    llama.cpp build computed them (shared/llama.build_description). The gateway cannot compute
+    these (it loads no weights): the fleet's are pinned by a setting or the first member's, and a
+    worker whose bits differ is refused (gateway/admission.py). Two workers with the same model,
+    profile and mode give other bits when their llama.cpp builds take other kernels (another
+    instruction-set level, another compiler), and nothing else would tell."""
+    return {**facts, "arithmetic": arithmetic, "llama_build": llama_build}
+
+
 def fingerprint(facts: dict[str, str]) -> str:
     """A short label of what is served (profile name, GGUF digest, mode) for people reading
     /health; admission compares the whole facts, never this label."""

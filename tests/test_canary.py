@@ -13,6 +13,7 @@ from worker import canary
 from worker.canary import (EXACT_TOLERANCE, LAYOUTS, TOLERANCE, CanaryError, check_exact, layout_mates, run_canary,
                            shape_record)
 from worker.engine import Engine
+from worker.job import Job
 from worker.exact import ExactReader
 
 pytestmark = pytest.mark.model
@@ -32,6 +33,21 @@ def test_the_canary_passes_and_leaves_the_cache_as_it_was(engine):
     assert report.output_type == "Q8_0" and report.max_logit_gap < TOLERANCE
     assert len(report.decode_calls) == 3 and all(calls >= 1 for calls in report.decode_calls)
     assert engine.status.snapshot_keys == held and not engine.tap.full_logits and engine.readout.capture is None
+
+
+def test_the_arithmetic_digest_is_the_same_at_every_start_and_moves_with_the_last_bit_of_a_logit(engine):
+    """What a worker states as its arithmetic (shared/serving.py): the bits of the probe's answer,
+    equal run after run on one build, and changed by one last bit of one logit of the probe's row
+    (far below what its margin shows after the readout's Q8_0 round trip)."""
+    profile, _ = default_model()
+    first, second = run_canary(engine, profile), run_canary(engine, profile)
+    assert first.arithmetic == second.arithmetic == engine.arithmetic and len(first.arithmetic) == 16
+    job = Job(prefix=[1], suffixes=[[2]], yes_ids=[3], no_ids=[4])
+    job.margins, job.features = [0.25], {0: np.array([1.5, -2.0])}
+    job.reference = {0: (np.array([1.5, -2.0]), 3.0)}
+    same = canary.arithmetic_digest(job)
+    job.reference[0] = (np.array([1.5, np.nextafter(-2.0, 0)]), 3.0)
+    assert canary.arithmetic_digest(job) != same
 
 
 def test_a_readout_that_is_not_llama_cpps_is_refused(engine, monkeypatch):

@@ -82,6 +82,7 @@ class CanaryReport:
     decode_calls: tuple[int, ...]  # llama_decode calls of each run: alone, then among batch mates
     layouts_measured: int  # more layouts run for the shape record (0: none, or read from the record)
     seconds: float
+    arithmetic: str  # arithmetic_digest of the probe read alone: what the gateway compares across workers
 
 
 def _probe(engine: Engine, profile: Profile) -> Job:
@@ -191,6 +192,19 @@ def readout_gap(ours: np.ndarray, theirs: np.ndarray) -> float:
     return gap / scale if scale > 0 and np.isfinite(scale) else float("inf")
 
 
+def arithmetic_digest(probe: Job) -> str:
+    """A digest of the exact bits of the probe's answer read alone: its margin, and the captured
+    columns of its last row from our readout and from llama.cpp's own output matmul. The margin
+    is read from h after a Q8_0 round trip, which hides most last-bit differences of h; the
+    columns are not, so two builds that take other kernels (another instruction-set level,
+    another compiler) show here even where the margin happens to agree. Equal digests: the same
+    build computing on CPUs that run the same code, so a request gets the same bits on either."""
+    digest = hashlib.sha256(np.asarray(probe.margins, dtype=np.float64).tobytes())
+    digest.update(np.asarray(probe.features[0], dtype=np.float64).tobytes())
+    digest.update(np.asarray(probe.reference[0][0], dtype=np.float64).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def run_canary(engine: Engine, profile: Profile, record: Path | None = None) -> CanaryReport:
     """Check the engine as the module docstring says; CanaryError on the first check that fails.
     record: shape_record()'s file (deterministic mode), measured once and then read."""
@@ -214,7 +228,8 @@ def run_canary(engine: Engine, profile: Profile, record: Path | None = None) -> 
             calls.append(_moved_among(engine, profile, alone, mates, 1))
         measured = _measure_once(engine, profile, alone, record) if record else 0
     return CanaryReport(output_type=engine.readout.matrix.type_name, max_logit_gap=gap, decode_calls=tuple(calls),
-                        layouts_measured=measured, seconds=time.monotonic() - started)
+                        layouts_measured=measured, seconds=time.monotonic() - started,
+                        arithmetic=arithmetic_digest(alone))
 
 
 @dataclass(frozen=True)

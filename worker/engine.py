@@ -65,6 +65,7 @@ class Engine:
             raise ValueError(f"state_cache must be 0..{MAX_STATE_CACHE}, not {state_cache}")
         lib = llama()
         self.deterministic = deterministic
+        self.arithmetic = ""  # the start-up canary's digest of its probe's answer bits (worker/canary.py)
         self.model = load_model(model_path)
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)

@@ -30,10 +30,11 @@ from shared.config import Settings
 from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score,
                              WorkerStats, decode, encode)
 from shared.derive import serving_profile
+from shared.llama import build_description
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, preamble_tokens
 from shared.refusal import reason, refuse
-from shared.serving import serving_facts
+from shared.serving import serving_facts, with_arithmetic
 from worker.canary import check_exact, run_canary, shape_record
 from worker.cores import choose_cores, pin
 from worker.engine import Engine
@@ -67,6 +68,7 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
     sha = file_sha256(model_path)
     record = shape_record(settings.cache_path, sha) if engine.deterministic else None
     report = run_canary(engine, profile, record)  # CanaryError: this engine must not answer (worker/canary.py)
+    engine.arithmetic = report.arithmetic
     log.info("start-up canary passed in %.0f ms: output matrix %s, answer logits within %.1e of llama.cpp's own "
              "(of its largest logit), %s", report.seconds * 1000, report.output_type, report.max_logit_gap,
              f"bit-identical alone and among batch mates ({report.layouts_measured or 'no'} layouts measured now)"
@@ -123,8 +125,11 @@ class WorkerProcess:
         log.info("%s: loading %s %s cores %s (%d threads)", self.worker_id, self.model_path,
                  "pinned to" if self.pinned else "not pinned, on", self.cores, self.threads)
         self.engine = build_engine(self.settings, self.profile, self.model_path, self.threads)
-        self.serves = serving_facts(profile=self.profile, model_sha256=self.model_sha256, mode=self.settings.mode,
-                                    tokenize=self.engine.tokenize)
+        self.serves = with_arithmetic(
+            serving_facts(profile=self.profile, model_sha256=self.model_sha256, mode=self.settings.mode,
+                          tokenize=self.engine.tokenize),
+            arithmetic=self.engine.arithmetic, llama_build=build_description())
+        log.info("%s: arithmetic %s (%s)", self.worker_id, self.engine.arithmetic, self.serves["llama_build"])
         if self.settings.warmup:
             startup_warmup(self.engine, self.profile)
         self.scheduler = Scheduler.for_engine(self.engine, self.settings)
