@@ -19,7 +19,8 @@ README_EXAMPLE = {
     "questions": {"billing": {"type": "noul", "instructions": "Is this a billing problem?"}},
 }
 
-# (question, a state where the answer is plainly yes, one where it is plainly no)
+# (question, a state where the answer is plainly yes, one where it is plainly no). Which scores higher is
+# not asserted: Gemma 3 270M answers them at chance, so such a test checks one CPU's bits, not the code.
 CLEAR_PAIRS = [
     ("Is this a billing problem?", "I was charged twice for my order and want the extra payment back.",
      "The app crashes every time I open the settings page."),
@@ -55,12 +56,6 @@ def test_readme_example_answers_with_a_probability(fleet):
     phases = [part.split(";")[0] for part in headers["Server-Timing"].split(", ")]
     assert phases == ["parse", "validate", "tokenize", "queue", "inference", "outside", "respond", "total"]
     assert headers["x-request-id"]
-
-
-@pytest.mark.fleet
-def test_clear_cut_yes_states_score_higher_than_no_states(fleet):
-    wins = [ask(fleet, yes, q) > ask(fleet, no, q) for q, yes, no in CLEAR_PAIRS]
-    assert sum(wins) >= 5, wins
 
 
 def answers_by_batch_size(fleet: Fleet) -> tuple[float, float]:

@@ -17,6 +17,8 @@ from worker.job import Job
 from worker.pieces import shared_rows
 from worker.tiled_reader import TILE
 
+CUT_SPREAD = 0.25  # nats a margin may move when only the prefix/question cut moves (see its test)
+
 pytestmark = pytest.mark.model
 
 
@@ -135,7 +137,11 @@ def test_same_request_twice_gives_the_same_answer(engine):
 def test_a_one_token_suffix_answers_alike_fresh_and_from_its_snapshot(engine):
     """The same tokens cut between prefix and question elsewhere are read by other kernels (the
     prefix's through the tiled reader, the question's row by row: worker/tiled_reader.py), so they
-    agree to rounding, not bit for bit; the same request agrees bit for bit, its prefix read or kept."""
+    agree within the spread of a changed cut, not bit for bit; the same request agrees bit for bit,
+    its prefix read or kept. The spread: llama.cpp's own exact reading moves by a median 0.085 nats
+    when only its micro-batch cut changes (`make bench-exact`), and this pair moved 0.100 on the
+    portable build (AVX2 kernels) against under 0.05 on AVX-512 ones. A wrong cell or position
+    moves a margin by whole nats; the bound, 0.25, is three times that median."""
     full = make_job(engine, "The door is open.", ["Is the door open?"])
     tokens = full.prefix + full.suffixes[0]
     short, again = (Job(prefix=tokens[:-1], suffixes=[tokens[-1:]], yes_ids=full.yes_ids, no_ids=full.no_ids)
@@ -144,7 +150,7 @@ def test_a_one_token_suffix_answers_alike_fresh_and_from_its_snapshot(engine):
     engine.run([short])
     engine.run([again])
     assert again.reused > short.reused and again.margins == short.margins
-    assert abs(short.margins[0] - full.margins[0]) < 0.05 * max(1.0, abs(full.margins[0]))
+    assert abs(short.margins[0] - full.margins[0]) < CUT_SPREAD * max(1.0, abs(full.margins[0]))
 
 
 def test_more_suffixes_than_one_wave_holds_are_all_answered(engine):
