@@ -161,7 +161,8 @@ bench-shapes: $(VENV)/.installed-bench
 	$(PY) -m bench.request_shapes $(BENCH_ARGS)
 
 # The limit as a figure: the engine alone on first-seen requests back to back, beside the fleet and
-# llama-server on the same requests, taking turns (fleet ÷ floor, llama-server ÷ floor).
+# llama-server on the same requests, taking turns; ratios to llama-server, the reference. BENCH_ARGS="--targets
+# floor,jevfleet,jevfleet-native" instead shows what the portable build costs on this CPU.
 .PHONY: bench-floor
 bench-floor: $(VENV)/.installed-bench
 	$(PY) -m bench.floor $(BENCH_ARGS)

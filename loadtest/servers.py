@@ -17,6 +17,7 @@ from jevfleet.harness.fleet import start_fleet
 from jevfleet.harness.net import free_port, probe
 from jevfleet.harness.processes import stop_process, wait_until
 from loadtest.llama_server import ensure_llama_server
+from shared import llama_build
 from shared.config import PROJECT_ROOT, load_settings
 from shared.model_files import resolve_model
 from shared.profiles import Profile
@@ -52,10 +53,12 @@ def running(name: str, cmd: list[str], port: int, ready: Callable[[str], bool], 
 
 
 @contextmanager
-def jevfleet(log_dir: Path, name: str = "jevfleet", flags: tuple[str, ...] = ()) -> Iterator[str]:
+def jevfleet(log_dir: Path, name: str = "jevfleet", flags: tuple[str, ...] = (),
+             env: dict[str, str] | None = None) -> Iterator[str]:
     """Our fleet as `jevfleet serve` runs it (supervisord, gateway, workers per the config),
-    with `flags` added to its command line; its run directory (and logs) in log_dir/name."""
-    fleet = start_fleet(log_dir / name, workers=None, extra=list(flags), timeout=READY_TIMEOUT_S)
+    with `flags` added to its command line and `env` to its environment; its run directory (and
+    logs) in log_dir/name."""
+    fleet = start_fleet(log_dir / name, workers=None, extra=list(flags), env=env, timeout=READY_TIMEOUT_S)
     try:
         yield fleet.url
     finally:
@@ -82,10 +85,14 @@ def llama_server(binary: Path, gguf: Path, log_dir: Path, *, threads: int, ctx: 
 
 
 def ours_or_llama_server(target: str, profile: Profile, log_dir: Path) -> AbstractContextManager[str]:
-    """`jevfleet` ("jevfleet": its defaults) or llama-server ("llama-server": as the sweep starts
-    it, on the profile's GGUF), started fresh: for the benchmarks that send both the same requests."""
+    """`jevfleet` ("jevfleet": its defaults; "jevfleet-native": the same on llama.cpp built for this
+    CPU, shared/llama_build.py, instead of the portable build) or llama-server ("llama-server": as
+    the sweep starts it, on the profile's GGUF), started fresh: for the benchmarks that send them
+    the same requests."""
     if target == "jevfleet":
         return jevfleet(log_dir)
+    if target == "jevfleet-native":
+        return jevfleet(log_dir, target, env={"LLAMA_CPP_LIB_PATH": str(llama_build.libs("native"))})
     settings = load_settings()
     gguf = resolve_model(profile, settings.cache_path, settings.model)
     return llama_server(ensure_llama_server(settings.cache_path), gguf, log_dir,

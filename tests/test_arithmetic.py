@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from gateway.admission import Admission
+from jevfleet.harness.fleet import CHECKED, start_fleet
 from jevfleet.harness.load import by_id, decision, post, served_by, states
 from shared import llama_build
 from shared.config import PROJECT_ROOT
@@ -56,9 +57,18 @@ def test_a_refusal_for_other_facts_comes_before_the_arithmetic_and_sets_nothing(
 
 @pytest.mark.fleet
 @pytest.mark.timeout(1500)  # on an empty cache: the libraries' build (~2.5 min) and the worker's first canary
-def test_a_worker_on_another_llama_cpp_build_is_refused_and_answers_nothing_and_one_of_the_fleets_joins(fleet):
+def test_a_worker_on_another_llama_cpp_build_is_refused_and_answers_nothing_and_one_of_the_fleets_joins(tmp_path):
     odd_libs = llama_build.libs(ODD_LEVEL)  # built by `make test` before the tiers; kept in the cache dir
+    fleet = start_fleet(tmp_path, workers=1, extra=CHECKED)  # its own: the shared fleet lists one worker
+    try:
+        check_refused_then_joined(fleet, odd_libs)
+    finally:
+        code = fleet.stop()
+    assert code == 0, fleet.logs()
 
+
+def check_refused_then_joined(fleet, odd_libs) -> None:
+    """A worker on odd_libs is refused and answers nothing; then one of the fleet's build joins."""
     def worker(worker_id: str, env: dict[str, str]) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "jevfleet", "worker", "--id", worker_id, "--index", "1", "--run-dir",
                str(fleet.run_dir), "--port", str(fleet.port), "--cores-per-worker", "2", "--pin-workers", "0"]

@@ -24,6 +24,7 @@ from worker.status import EngineStatus
 class SlowEngine:
     max_batch_requests = 8
     status = EngineStatus()
+    arithmetic = "0" * 16
     def tokenize(self, text, add_bos=False):
         return [len(text)]
     def new_tokens(self, job, earlier):
@@ -41,6 +42,7 @@ wp.build_engine = lambda *args: SlowEngine()
 wp.resolve_model = lambda *args: None
 wp.file_sha256 = lambda path: "0" * 64
 wp.startup_warmup = lambda *args: None
+wp.build_description = lambda: "stand-in"
 settings = default_settings(endpoint=sys.argv[1], heartbeat_s=0.1, cores_per_worker=1, warmup=0)
 sys.exit(wp.run_worker_process(settings, index=0, worker_id="fake"))
 """

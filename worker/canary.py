@@ -194,11 +194,9 @@ def readout_gap(ours: np.ndarray, theirs: np.ndarray) -> float:
 
 def arithmetic_digest(probe: Job) -> str:
     """A digest of the exact bits of the probe's answer read alone: its margin, and the captured
-    columns of its last row from our readout and from llama.cpp's own output matmul. The margin
-    is read from h after a Q8_0 round trip, which hides most last-bit differences of h; the
-    columns are not, so two builds that take other kernels (another instruction-set level,
-    another compiler) show here even where the margin happens to agree. Equal digests: the same
-    build computing on CPUs that run the same code, so a request gets the same bits on either."""
+    columns of its last row from our readout and from llama.cpp's output matmul, which show what
+    the margin's Q8_0 round trip of h hides. Other kernels (another instruction-set level, another
+    compiler) show here; equal digests: a request gets the same bits on either worker."""
     digest = hashlib.sha256(np.asarray(probe.margins, dtype=np.float64).tobytes())
     digest.update(np.asarray(probe.features[0], dtype=np.float64).tobytes())
     digest.update(np.asarray(probe.reference[0][0], dtype=np.float64).tobytes())
