@@ -8,7 +8,8 @@ first worker back as the reference: if that one is the odd one, the others are r
 says so, both builds named; pinning the setting (its value is in /health) removes that case. It is logged once per process and
 listed by /health with the reason until it has been silent for a while. A worker that could not
 start at all (CannotStart: it exits 2 after saying why) is listed as "failed" with its reason
-until a worker of that id is admitted.
+until a worker of that id is admitted. A process claiming the id of a live worker is told so
+(gateway/membership.py) and listed as "duplicate" for DUPLICATE_LISTED_S.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from shared.messages import CannotStart, Ready
 from shared.serving import mismatch
 
 log = logging.getLogger("jevfleet.fleet")
+DUPLICATE_LISTED_S = 600.0  # how long /health lists a process refused for a duplicate id (it has exited)
 
 
 @dataclass
@@ -28,7 +30,8 @@ class Refused:
     pid: int
     reason: str
     last_seen: float  # monotonic
-    state: str = "refused"  # refused: serves something else; failed: could not start, never heard again
+    state: str = "refused"  # refused: serves something else; failed: could not start, never heard again;
+    # duplicate: claimed a live worker's id, told so, exited
 
 
 class Admission:
@@ -39,6 +42,7 @@ class Admission:
         self.arithmetic = arithmetic
         self.arithmetic_from = "the fleet_arithmetic setting" if arithmetic else ""
         self.refused: dict[str, Refused] = {}
+        self.duplicates: dict[tuple[str, int], Refused] = {}  # by (id, pid): the id's holder is admitted
 
     def admits(self, msg: Ready) -> bool:
         """Whether the sender of this READY/HEARTBEAT may serve; a refusal is logged once."""
@@ -66,6 +70,18 @@ class Admission:
                 f"({serves.get('llama_build', 'build not stated')}), the fleet's with {self.arithmetic} "
                 f"({self.arithmetic_from}); the same prompt would get other answers from it")
 
+    def duplicate(self, msg: Ready, *, holder_pid: int) -> str:
+        """A second process claims the id of a live worker: why it is refused (logged once, listed
+        in /health for DUPLICATE_LISTED_S; the process exits on hearing it)."""
+        reason = (f"worker id {msg.worker_id} is held by a live worker (pid {holder_pid}); "
+                  "start this one with another --id (or --index)")
+        known = self.duplicates.get((msg.worker_id, msg.pid))
+        if known is None:
+            log.warning("refused worker %s (pid %d): %s", msg.worker_id, msg.pid, reason)
+        self.duplicates[msg.worker_id, msg.pid] = Refused(msg.worker_id, msg.pid, reason, time.monotonic(),
+                                                           "duplicate")
+        return reason
+
     def cannot_start(self, msg: CannotStart) -> None:
         """A worker that failed before it was up says why, once, and exits."""
         log.warning("worker %s (pid %d) could not start: %s", msg.worker_id, msg.pid, msg.reason)
@@ -77,5 +93,7 @@ class Admission:
         for worker_id in [w for w, r in self.refused.items()
                           if r.state == "refused" and now - r.last_seen > forget_after_s]:
             del self.refused[worker_id]
+        for key in [k for k, r in self.duplicates.items() if now - r.last_seen > DUPLICATE_LISTED_S]:
+            del self.duplicates[key]
         return [{"id": r.worker_id, "pid": r.pid, "state": r.state, "reason": r.reason}
-                for r in self.refused.values()]
+                for r in [*self.refused.values(), *self.duplicates.values()]]

@@ -18,9 +18,9 @@ from gateway.capacity import Unavailable
 from gateway.errors import ApiError, detail, internal_error, method_not_allowed, not_found, overloaded, unauthorized
 from gateway.fleet import Fleet
 from gateway.metrics import install as install_metrics, record_batch
-from gateway.reading import client_max_size, read_within, server_options
+from gateway.reading import BodyBudget, client_max_size, read_within, server_options
 from gateway.request_ids import request_id, unique
-from gateway.shedding import DOOR, Door, queued, received, refuse_if_full, shed_when_full
+from gateway.shedding import BODY_BUDGET, DOOR, Door, queued, received, refuse_if_full, shed_when_full
 from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
@@ -32,6 +32,7 @@ from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile
 from shared.refusal import refuse
 from shared.serving import fingerprint, serving_facts
+from shared.start_guard import StartGuard
 
 log = logging.getLogger("jevfleet.gateway")
 
@@ -197,6 +198,7 @@ def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokeni
     app[TOKENIZER] = tokenizer
     app[FLEET] = fleet
     app[DOOR] = Door(fleet)
+    app[BODY_BUDGET] = BodyBudget(settings.body_bytes_in_flight, client_max_size(settings))
 
     async def fleet_ctx(app: web.Application):
         settings.run_path.mkdir(parents=True, exist_ok=True)
@@ -231,11 +233,21 @@ def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
 
 def run_gateway_process(settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    guard = StartGuard(settings.run_path, "gateway")  # a crash before it listens: back-off (shared/start_guard.py)
     try:  # a failure before the gateway listens exits 2 and is not restarted (shared/refusal.py)
+        if wait := guard.begin():
+            log.warning("the gateway's last start crashed before it listened; waiting %.0f s", wait)
+            time.sleep(wait)
         app = build_app(settings, api_key=os.environ.get("JEV_API_KEY", ""))
     except Exception as exc:
+        guard.done()
         log.exception("the gateway could not start")
         return refuse("gateway", exc)
+
+    def listening(*_: object) -> None:
+        guard.done()
+        log.info("gateway on http://%s:%d", settings.host, settings.port)
+
     # handler_cancellation: a client that disconnects cancels its handler, which withdraws
     # its queued work from the worker. SIGTERM: stop accepting, let handlers finish, exit 0.
     # backlog: aiohttp's default of 128 pending connections made a burst of 400 lose SYNs, and
@@ -243,9 +255,12 @@ def run_gateway_process(settings: Settings) -> int:
     try:
         web.run_app(app, host=settings.host, port=settings.port, access_log=None,
                     shutdown_timeout=settings.deadline_s,
-                    print=lambda *_: log.info("gateway on http://%s:%d", settings.host, settings.port),
+                    print=listening,
                     handler_cancellation=True, backlog=LISTEN_BACKLOG, **server_options(settings))
-    except OSError as exc:  # raised only while binding its address (in use, not this host's): before it is up
-        log.exception("the gateway could not listen on %s:%d", settings.host, settings.port)
+    except OSError as exc:  # raised only while binding its addresses (the HTTP port, the workers' endpoint:
+        # gateway/link.BindError), in use or not this host's: before it is up
+        log.exception("the gateway could not listen on %s:%d and %s", settings.host, settings.port,
+                      settings.zmq_endpoint)
+        guard.done()
         return refuse("gateway", exc)
     return 0

@@ -85,6 +85,15 @@ def body_timeout(seconds: float) -> ApiError:
     return detail(408, f"Request body not received within {seconds:g} s", {"Connection": "close"})
 
 
+def bodies_full(in_flight: int, cap: int) -> ApiError:
+    """503 before an upload's body is read: the bodies arriving already hold the gateway's
+    body_bytes_in_flight. The connection is closed: the unread body cannot be told from a next request."""
+    return detail(503, {"error_type": "overloaded",
+                        "message": f"the gateway is receiving {in_flight} bytes of request bodies, its limit is "
+                                   f"{cap} (body_bytes_in_flight); retry"},
+                  {"Retry-After": "1", "Connection": "close"})
+
+
 def not_found() -> ApiError:
     return detail(404, "Not Found")
 

@@ -100,7 +100,7 @@ class Fleet:
         self.placement.worker_up(worker)
 
     def _on_drain(self, identity: bytes, msg: Drain) -> None:
-        worker = self.membership.draining(msg.worker_id)
+        worker = self.membership.draining(identity)
         if worker is None:
             return
         log.info("worker %s draining; placing %d queued requests again", msg.worker_id, len(msg.request_ids))

@@ -5,12 +5,11 @@ frame that does not decode is logged and dropped, never passed on. A send never 
 the ROUTER cannot reach is reported to the caller's `unreachable` callback, which is how a lost
 connection becomes a lost worker (gateway/membership.py).
 
-Identity: a worker's ROUTER identity is its id, and one connection holds it at a time. A second
-process connecting with an id a live connection holds is ignored by ZeroMQ (no handover): it is
-never heard, so it can neither join nor displace the holder. A holder that died lets go of the id
-when its connection closes, or, for a peer that vanished without closing it (a host or a link
-gone), when ZMTP heartbeats find it silent for dead_after_s; a restarted worker, which connects
-only once its model is loaded, then takes the id.
+Identity: each worker process's ROUTER identity is its own (shared/messages.routing_identity: id,
+pid, random bytes), so two processes claiming one worker id are both heard and membership decides
+(gateway/membership.py: the second is refused). No ROUTER_HANDOVER: identities never repeat, and a
+connection that dropped and came back keeps its own. ZMTP heartbeats close the connection of a peer
+that vanished without closing it (a host or a link gone) once it is silent for dead_after_s.
 """
 from __future__ import annotations
 
@@ -25,6 +24,11 @@ from shared.config import Settings
 from shared.messages import Message, decode, encode
 
 log = logging.getLogger("jevfleet.fleet")
+
+class BindError(OSError):
+    """The ROUTER could not bind its endpoint: an OSError like the HTTP port's, so the gateway
+    refuses to start with the reason (gateway/app.run_gateway_process, shared/refusal.py)."""
+
 
 Unreachable = Callable[[BaseException], object]  # told why a send to a peer failed
 
@@ -54,7 +58,12 @@ class Link:
             self._keys.apply(sock)
             self._auth = curve.authenticator(self._zctx, self.settings)
         self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        sock.bind(self.endpoint)
+        try:
+            sock.bind(self.endpoint)
+        except zmq.ZMQError as exc:  # in use, not this host's, malformed: the gateway refuses to start
+            self._monitor.close(linger=0)
+            sock.close()
+            raise BindError(f"the gateway cannot bind the workers' endpoint {self.endpoint}: {exc}") from exc
         self._sock = sock
 
     def close(self) -> None:

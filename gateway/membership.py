@@ -5,7 +5,10 @@ so membership needs no configuration: a worker that starts and is admitted (gate
 is used. A worker is taken down when it is silent for dead_after_s, when a send to it fails, or
 when its connection drops (the link's monitor reports a disconnect; a Ping to every worker then
 fails for the one that is gone). A restart (same id, new pid) replaces the old incarnation, whose
-late beats are ignored.
+late beats are ignored, once the old one is down; while it is up and heard within dead_after_s,
+another process claiming its id is a duplicate: it is told Refuse (it exits 2) and listed in
+/health, and the live worker keeps serving. Each worker process has an identity of its own on the
+link (shared/messages.routing_identity), so both are heard.
 
 Membership knows workers, not requests: what is queued where is placement's
 (gateway/queues.py). It tells its listener of every change that matters to requests, and of
@@ -26,7 +29,7 @@ from typing import Callable
 from gateway.admission import Admission
 from gateway.link import Link
 from shared.config import Settings
-from shared.messages import Message, Ping, Ready, WorkerStats
+from shared.messages import Message, Ping, Ready, Refuse, WorkerStats
 
 log = logging.getLogger("jevfleet.fleet")
 
@@ -85,8 +88,9 @@ class Membership:
         return [w for w in self.workers.values() if w.up]
 
     def sender(self, identity: bytes) -> WorkerState | None:
-        """The member a message came from (a worker's ROUTER identity is its id)."""
-        return self.workers.get(identity.decode("utf-8", "replace"))
+        """The member a message came from: the incarnation whose ROUTER identity it is (a
+        replaced incarnation's late messages come from no member)."""
+        return next((w for w in self.workers.values() if w.identity == identity), None)
 
     def send(self, worker: WorkerState, msg: Message) -> bool:
         """Send without waiting; False if it cannot be reached, and then the worker is taken
@@ -109,6 +113,10 @@ class Membership:
         if (msg.worker_id, msg.pid) in self._gone:
             return  # a late beat of an incarnation already replaced
         worker = self.workers.get(msg.worker_id)
+        if worker is not None and worker.identity != identity and self._holds(worker):
+            reason = self.admission.duplicate(msg, holder_pid=worker.pid)
+            self.link.send(identity, Refuse(reason=reason), lambda exc: None)  # gone already: nothing to tell
+            return
         if worker is not None and worker.pid != msg.pid:
             self._gone.add((worker.worker_id, worker.pid))
             self.mark_down(worker, f"restarted as pid {msg.pid}")
@@ -129,9 +137,16 @@ class Membership:
                 log.info("worker %s (pid %d) is back", worker.worker_id, worker.pid)
             self._on_up(worker)
 
-    def draining(self, worker_id: str) -> WorkerState | None:
-        """A worker said it drains: it gets no new work (a down one stays down)."""
-        worker = self.workers.get(worker_id)
+    def _holds(self, worker: WorkerState) -> bool:
+        """Whether a worker still holds its id: in service and heard within dead_after_s. A
+        restarted worker finds its dead predecessor down already (its connection closed, or it
+        fell silent), since it connects only once its model is loaded."""
+        return worker.state != "down" and time.monotonic() - worker.last_seen <= self.dead_after_s
+
+    def draining(self, identity: bytes) -> WorkerState | None:
+        """A worker said it drains: it gets no new work (a down one stays down). Only a member's
+        own incarnation can say so, not a process that merely claims its id."""
+        worker = self.sender(identity)
         if worker is not None and worker.state != "down":
             worker.state = "draining"
         return worker

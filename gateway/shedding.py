@@ -9,13 +9,15 @@ Invariant: the door's PASSING count is exactly the requests whose body is all in
 hold a place in a worker's queue (parsing, validating, tokenizing); each is a place taken. A
 request still receiving its body (counted as RECEIVING) takes no place, so clients that are slow to
 send, or stop sending, never keep one that has sent its whole request from being served; each
-is bounded in time and bytes by gateway/reading.py.
+is bounded in time and bytes by gateway/reading.py, and all of them together in bytes by its
+BodyBudget, which this door asks after the 429 check: a 503 when the bodies arriving hold its cap.
 """
 from __future__ import annotations
 
 from aiohttp import web
 
 from gateway.fleet import Fleet
+from gateway.reading import BodyBudget
 
 RECEIVING, PASSING = "receiving", "passing"
 AT_DOOR = "at_door"  # request key: RECEIVING or PASSING while the door counts the request there
@@ -61,6 +63,7 @@ class Door:
 
 
 DOOR = web.AppKey("door", Door)
+BODY_BUDGET = web.AppKey("body_budget", BodyBudget)
 
 
 def received(request: web.Request) -> None:
@@ -82,12 +85,14 @@ def shed_when_full(path: str):
     async def shed(request: web.Request, handler) -> web.StreamResponse:
         if request.method != "POST" or request.path != path:
             return await handler(request)
-        door = request.app[DOOR]
+        door, budget = request.app[DOOR], request.app[BODY_BUDGET]
         door.arrive(request)
         try:
+            budget.take(request)  # 503 when the bodies arriving hold body_bytes_in_flight
             return await handler(request)
         finally:
             door.leave(request)
+            budget.give_back(request)
 
     return shed
 

@@ -32,6 +32,7 @@ from shared.derive import render_profile, serving_profile
 from shared.model_files import resolve_model
 from shared.profiles import Profile
 from shared.refusal import MARK, REFUSED
+from shared.start_guard import clear_all
 from worker.memory import MemoryRefusal, plan_workers, within_trained_context
 
 PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
@@ -99,6 +100,7 @@ def serve(settings: Settings) -> int:
     settings = replace(settings, workers=workers, run_dir=str(settings.run_path))
     run = settings.run_path
     run.mkdir(parents=True, exist_ok=True)
+    clear_all(run)  # a new fleet: no crash counted yet (shared/start_guard.py)
     if profile.derived:
         settings = hand_over(settings, profile)
     conf = run / "supervisord.conf"

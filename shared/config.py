@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     port: int = Field(8017, ge=1, le=65535, description="HTTP port of the gateway")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1,
                                 description="request body limit after decompression, bytes (413 above it)")
+    body_bytes_in_flight: int = Field(64 * 1024 * 1024, ge=1, description="bytes of request bodies the gateway "
+                                      "holds at once while they arrive and until answered, all connections "
+                                      "together (each counts its Content-Length, or the most a body may be); a new "
+                                      "upload past it gets 503 with Retry-After before its body is read; bodies "
+                                      "over 64 KiB may hold three quarters of it, the rest is kept for small ones")
     deadline_s: float = Field(30.0, gt=0, description="seconds a request may stay queued before it gets 503 "
                                                       "(one already being read finishes)")
     header_timeout_s: float = Field(20.0, gt=0, description="seconds a connection may take to send a request's "

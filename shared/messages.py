@@ -1,7 +1,7 @@
 """Every message between gateway and workers, defined once as typed msgspec structs.
 
 Frames are msgpack maps {"kind": <tag>, ...fields}. The gateway's ROUTER adds the worker's
-identity frame; the payload is always the last frame. Invariant: decode() returns a message
+identity frame (unique to one worker process: routing_identity); the payload is always the last frame. Invariant: decode() returns a message
 whose every field has its declared type, or raises ValueError; nothing half-checked gets past
 it. A receiver ignores keys it does not know, so a field added with a default does not break a
 peer that has not learnt it yet.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import os
 import struct
 from collections.abc import Sequence
 
@@ -143,8 +144,16 @@ class CannotStart(Message, tag="cannot_start"):
     reason: str  # one line
 
 
+class Refuse(Message, tag="refuse"):
+    """Gateway → worker, after its READY: it may not join, and why (one line). Sent to a worker whose
+    id a live worker holds; it exits 2 with that reason (shared/refusal.py) and is not restarted."""
+
+    reason: str
+
+
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping | CannotStart)
+_DECODER = msgspec.msgpack.Decoder(Ready | Heartbeat | Score | Result | Error | Cancel | Drain | Ping | CannotStart
+                                   | Refuse)
 
 
 def encode(msg: Message) -> bytes:
@@ -160,6 +169,12 @@ def decode(frame: bytes) -> Message:
         return _DECODER.decode(frame)
     except msgspec.DecodeError as exc:
         raise ValueError(f"not a fleet message: {exc}") from exc
+
+
+def routing_identity(worker_id: str, pid: int) -> bytes:
+    """A worker process's ZeroMQ identity: its id, its pid and 4 random bytes, so that two
+    processes claiming one id are both heard and the gateway can refuse the second (gateway/membership.py)."""
+    return f"{worker_id}/{pid}/{os.urandom(4).hex()}".encode()
 
 
 def prefix_key(tokens: list[int]) -> str:

@@ -1,7 +1,8 @@
 """How a gateway or worker that cannot start says so: one line on stderr, and exit status 2.
 
 Invariant: a gateway or worker process exits with REFUSED only when it fails before it is up (a
-worker before it sent Ready, a gateway before it listens), and the last line it writes is then
+worker before it sent Ready or when the gateway answered its Ready with Refuse, since its id is a
+live worker's; a gateway before it listens on its port and its workers' endpoint), and the last line it writes is then
 MARK followed by the reason, on one line. Every failure after that exits 1. supervisord counts 2
 as an expected exit (conf/supervisord.conf) and so does not start the process again; `jevfleet
 serve` (jevfleet/watch.py) sees a program exited with 2, prints that line and stops the fleet with

@@ -1,13 +1,12 @@
 """gateway/admission.py with the real Fleet over ZeroMQ: a worker that does not serve the gateway's
 model is refused at registration, gets no work, and /health lists it (and a worker that could not
 start, with its reason); a newcomer claiming a live
-worker's id cannot displace it; and a real fleet refuses a worker started in another mode."""
+worker's id is refused and told so, and cannot displace it; and a real fleet refuses a worker started in another mode."""
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import sys
-import time
 
 import pytest
 import zmq.asyncio
@@ -18,7 +17,8 @@ from jevfleet.harness.load import by_id, decision, post, served_by, states
 from jevfleet.harness.processes import wait_until
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import PROJECT_ROOT
-from shared.messages import CannotStart, Ready
+from shared.messages import CannotStart, Ready, Refuse
+from shared.refusal import REFUSED, refusal_in
 from tests.inprocess import InProcessGateway
 from tests.test_fleet import run, running, score, settings, until
 
@@ -111,9 +111,10 @@ def test_a_worker_of_another_mode_never_joins_and_gets_no_request(tmp_path):
 
 
 @pytest.mark.parametrize("serves", [FAST, GATEWAY], ids=["refused", "admissible"])
-def test_a_newcomer_claiming_a_live_workers_id_is_never_heard_and_cannot_displace_it(tmp_path, serves):
-    """Before, the ROUTER handed the id over: the live worker's messages were dropped from then
-    on and the newcomer's READY took it down as "restarted"."""
+def test_a_newcomer_claiming_a_live_workers_id_is_told_it_is_refused_and_cannot_displace_it(tmp_path, serves):
+    """Each process has its own routing identity, so the newcomer is heard: it gets Refuse naming
+    the holder's pid, /health lists it as a duplicate, and the live worker keeps serving. (Once the
+    ROUTER handed the id over and the live worker was taken down; then the newcomer went unheard.)"""
     async def scenario():
         async with running(settings(tmp_path)) as (fleet, worker):
             fleet.membership.admission = Admission(GATEWAY)
@@ -121,15 +122,16 @@ def test_a_newcomer_claiming_a_live_workers_id_is_never_heard_and_cannot_displac
             ctx = zmq.asyncio.Context()
             newcomer = await ScriptedWorker(ctx, fleet.endpoint, "a", pid=200, serves=serves).start()
             try:
-                started = time.monotonic()  # the newcomer has said READY and beats every 0.05 s
-                await until(lambda: fleet.workers["a"].last_seen > started + 0.5, "the live worker heard after 10 "
-                            "of the newcomer's beats")
+                refusal = await newcomer.recv()
+                assert isinstance(refusal, Refuse) and "held by a live worker (pid 100)" in refusal.reason
+                (listed,) = fleet.admission.describe(60)
+                assert (listed["id"], listed["pid"], listed["state"]) == ("a", 200, "duplicate")
+                assert listed["reason"] == refusal.reason
                 assert (fleet.workers["a"].pid, fleet.workers["a"].state) == (100, "up")
-                assert fleet.admission.describe(60) == []  # never heard: nothing to refuse
                 task = asyncio.create_task(fleet.submit(score("r1")))
                 await live.answer(await live.recv(), margin=3.0)
                 assert (await task).margins == [3.0]
-                assert await newcomer.nothing_for(0.2)
+                assert fleet.admission.describe(60) == [listed]  # the holder's beats do not clear it
             finally:
                 newcomer.close()
                 ctx.term()
@@ -158,3 +160,25 @@ def test_a_fast_mode_worker_joining_a_deterministic_fleet_is_refused_and_serves_
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+@pytest.mark.fleet
+def test_a_real_worker_started_with_a_live_workers_id_exits_2_with_its_line_and_is_listed(fleet):
+    """The same command line twice (a wrong --index): the second process loads, says READY, is
+    told Refuse, and exits 2 with the reason as its last line; the live worker keeps serving."""
+    (live,) = fleet.wait_for(lambda h: h["status"] == "ready", "ready")["workers"]
+    cmd = [sys.executable, "-m", "jevfleet", "worker", "--id", live["id"], "--index", "1", "--run-dir",
+           str(fleet.run_dir), "--port", str(fleet.port), "--cores-per-worker", "2", "--pin-workers", "0"]
+    proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reason = (f"worker id {live['id']} is held by a live worker (pid {live['pid']}); start this one with another "
+              "--id (or --index)")
+    assert proc.returncode == REFUSED and refusal_in(out) == reason, out[-2000:]
+    _, body = fleet.health()
+    assert {"id": live["id"], "pid": proc.pid, "state": "duplicate", "reason": reason} in body["refused_workers"]
+    assert by_id(body)[live["id"]]["pid"] == live["pid"] and by_id(body)[live["id"]]["state"] == "up"
+    assert post(fleet.url, decision(states(1, tag="duplicate ")[0])).status == 200

@@ -12,7 +12,8 @@ import pytest
 import zmq
 
 from shared.config import PROJECT_ROOT
-from shared.messages import Cancel, CannotStart, Drain, Error, Heartbeat, Ping, Ready, Result, Score, decode, encode
+from shared.messages import (Cancel, CannotStart, Drain, Error, Heartbeat, Ping, Ready, Refuse, Result, Score, decode,
+                             encode)
 from shared.refusal import MARK, REFUSED, refusal_in
 
 WORKER = """
@@ -78,12 +79,21 @@ def router(tmp_path, request):
         ctx.term()
 
 
+IDENTITIES: dict[int, bytes] = {}  # id(router socket) → the worker's routing identity, as its messages came
+
+
+def worker_identity(sock: zmq.Socket) -> bytes:
+    """Where to send to the worker: the identity its messages came from (one of its own per process)."""
+    return IDENTITIES[id(sock)]
+
+
 def receive(sock: zmq.Socket, until, timeout: float = 20.0) -> list:
     """Messages from the worker until until(msg) holds for one of them."""
     got, deadline = [], time.monotonic() + timeout
     while time.monotonic() < deadline:
         if sock.poll(100):
-            got.append(decode(sock.recv_multipart()[-1]))
+            IDENTITIES[id(sock)], frame = sock.recv_multipart()[-2:]
+            got.append(decode(frame))
             if until(got[-1]):
                 return got
     raise AssertionError(f"worker never sent the awaited message; got {got[-5:]}")
@@ -91,8 +101,8 @@ def receive(sock: zmq.Socket, until, timeout: float = 20.0) -> list:
 
 def test_sigterm_hands_the_queue_back_finishes_the_batch_and_exits_0(router):
     sock, proc = router
-    ident = b"fake"
     receive(sock, lambda m: isinstance(m, Ready))
+    ident = worker_identity(sock)
     for rid in ("r1", "r2", "r3"):
         sock.send_multipart([ident, encode(score(rid))])
     # r1 running (counted in requests only), r2 and r3 queued (2 × 301 tokens)
@@ -108,10 +118,25 @@ def test_sigterm_hands_the_queue_back_finishes_the_batch_and_exits_0(router):
     assert proc.wait(timeout=20) == 0, proc.stdout.read()
 
 
+def test_a_worker_the_gateway_refuses_exits_2_with_the_reason_as_its_last_line(router):
+    """A Refuse after its Ready (the gateway saw its id held by a live worker): no Drain, exit 2,
+    so supervisord does not start it again and `jevfleet serve` prints the line."""
+    sock, proc = router
+    first = receive(sock, lambda m: isinstance(m, Ready))[-1]
+    assert worker_identity(sock).startswith(f"fake/{first.pid}/".encode())  # its own, not the bare id
+    reason = "worker id fake is held by a live worker (pid 1); start this one with another --id (or --index)"
+    sock.send_multipart([worker_identity(sock), encode(Refuse(reason=reason))])
+    assert proc.wait(timeout=20) == REFUSED
+    out = proc.stdout.read()
+    assert refusal_in(out) == reason and out.rstrip().endswith(reason)
+    while sock.poll(0):
+        assert not isinstance(decode(sock.recv_multipart()[-1]), Drain)
+
+
 def test_cancel_drops_a_queued_request_and_says_so_but_lets_a_running_one_finish(router):
     sock, proc = router
-    ident = b"fake"
     receive(sock, lambda m: isinstance(m, Ready))
+    ident = worker_identity(sock)
     for rid in ("r1", "r2"):
         sock.send_multipart([ident, encode(score(rid))])
     receive(sock, lambda m: isinstance(m, Heartbeat) and (m.stats.queued_requests, m.stats.queued_tokens) == (2, 301))
@@ -126,7 +151,7 @@ def test_cancel_drops_a_queued_request_and_says_so_but_lets_a_running_one_finish
 def test_a_dead_engine_thread_exits_non_zero_so_supervisord_restarts_it(router):
     sock, proc = router
     receive(sock, lambda m: isinstance(m, Ready))
-    sock.send_multipart([b"fake", encode(score("boom", first_token=666))])
+    sock.send_multipart([worker_identity(sock), encode(score("boom", first_token=666))])
     assert proc.wait(timeout=20) == 1
     assert "scheduler thread died" in proc.stdout.read()
 
@@ -173,7 +198,7 @@ def test_results_wait_for_a_gateway_that_stops_reading_longer_than_the_buffers_h
     receive(sock, lambda m: isinstance(m, Ready))
     rids = [f"r{i}" for i in range(5000)]
     for rid in rids:
-        sock.send_multipart([b"fake", encode(Score(request_id=rid, prefix=[1, 2], suffixes=[[5]] * 20, yes_ids=[8],
+        sock.send_multipart([worker_identity(sock), encode(Score(request_id=rid, prefix=[1, 2], suffixes=[[5]] * 20, yes_ids=[8],
                                                    no_ids=[9], deadline=time.time() + 600))])
     await_log_line(proc, "holding results")
     answered: list[str] = []
@@ -205,7 +230,7 @@ def test_when_the_gateway_connection_drops_the_queued_requests_are_dropped_and_t
     sock, proc = router
     receive(sock, lambda m: isinstance(m, Ready))
     for rid in ("r1", "r2", "r3"):
-        sock.send_multipart([b"fake", encode(score(rid))])
+        sock.send_multipart([worker_identity(sock), encode(score(rid))])
     receive(sock, lambda m: isinstance(m, Heartbeat) and m.stats.queued_requests == 3)
     endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
     sock.close(linger=0)  # the gateway is gone
@@ -223,10 +248,10 @@ def test_when_the_gateway_connection_drops_the_queued_requests_are_dropped_and_t
 def test_a_message_only_a_worker_sends_is_ignored_and_a_ping_needs_no_answer(router):
     sock, proc = router
     receive(sock, lambda m: isinstance(m, Ready))
-    sock.send_multipart([b"fake", encode(Ping())])
-    sock.send_multipart([b"fake", encode(Result(request_id="x", margins=[], queue_ms=0.0, run_ms=0.0,
+    sock.send_multipart([worker_identity(sock), encode(Ping())])
+    sock.send_multipart([worker_identity(sock), encode(Result(request_id="x", margins=[], queue_ms=0.0, run_ms=0.0,
                                                 batch_requests=1, read_tokens=0))])
-    sock.send_multipart([b"fake", encode(score("r1"))])
+    sock.send_multipart([worker_identity(sock), encode(score("r1"))])
     got = receive(sock, lambda m: isinstance(m, Result))
     assert got[-1].request_id == "r1" and all(isinstance(m, (Heartbeat, Result)) for m in got)
     await_log_line(proc, "ignored a Result")

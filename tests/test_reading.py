@@ -1,22 +1,28 @@
-"""gateway/reading.py: no client holds the gateway by being slow. Fast tier: the real app on the
-gateway's server options with short timeouts, raw sockets as the slow clients. Fleet tier: 64
-stalled uploads and 64 silent connections against a real fleet while normal clients are served."""
+"""gateway/reading.py: no client holds the gateway by being slow or large. Fast tier: the real app on
+the gateway's server options with short timeouts and a small body budget, raw sockets as the slow
+clients. Fleet tier: 64 stalled uploads and 64 silent connections against a real fleet while normal
+clients are served; 60 large stalled uploads that neither stop small requests nor grow the gateway
+by more than its body budget."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gateway.reading import BODY_SLACK, client_max_size, server_options
+from gateway.reading import BODY_SLACK, BodyBudget, client_max_size, server_options
+from gateway.shedding import BODY_BUDGET
 from gateway.shedding import DOOR
 from jevfleet.harness.fleet import CHECKED, start_fleet
+from jevfleet.harness.load import program_pid
 from jevfleet.harness.net import post_json
 from jevfleet.harness.slow_clients import CLOSED, open_connections, outcome, stalled_upload, upload_head
 from shared.config import default_settings
 from tests.test_fleet import run, until
-from tests.test_shedding import BODY, SMALL, app_client
+from tests.test_shedding import BODY, SMALL, app_client, scripted_worker
 
 GENEROUS_S = 10.0  # a deadline for what should take a fraction of it
 
@@ -55,6 +61,42 @@ def test_a_body_sent_in_pieces_within_the_timeout_is_read(tmp_path):
             assert door.describe() == {"receiving": 0, "passing": 0}
 
     run(scenario())
+
+
+LARGE = 150_000  # declared by each large upload below; over SMALL_BODY_BYTES
+BUDGET = dict(max_body_bytes=100_000, body_bytes_in_flight=4 * (100_000 + BODY_SLACK), body_timeout_s=60)
+
+
+def test_uploads_past_the_body_budget_get_503_unread_and_small_requests_still_get_in(tmp_path):
+    """Three quarters of the budget hold three large uploads; the fourth is told 503 with
+    Retry-After before its body is read, while a small request is served; the bytes come back."""
+    async def scenario() -> None:
+        async with app_client(tmp_path, **BUDGET) as (client, fleet):
+            budget = client.server.app[BODY_BUDGET]
+            async with scripted_worker(fleet) as w:
+                held = open_connections(client.port, 3, stalled_upload(LARGE, 1000))
+                await until(lambda: budget.in_flight == 3 * LARGE, "three large uploads holding their bytes")
+                [refused_sock] = open_connections(client.port, 1, stalled_upload(LARGE, 1000))
+                refused = await asyncio.to_thread(outcome, refused_sock, time.monotonic() + GENEROUS_S)
+                refused_sock.close()
+                assert refused.status == 503 and refused.headers["retry-after"] == "1"
+                assert refused.headers["connection"] == "close"
+                assert "body_bytes_in_flight" in refused.json()["detail"]["message"]
+                assert budget.in_flight == 3 * LARGE  # the refused one holds nothing
+                small = asyncio.create_task(client.post("/v1/systemone", json=SMALL))
+                await w.answer(await w.recv())
+                assert (await small).status == 200
+                for sock in held:
+                    sock.close()
+                await until(lambda: budget.in_flight == 0, "every byte given back")
+
+    run(scenario())
+
+
+def test_a_budget_that_cannot_hold_one_largest_body_is_refused_naming_the_least_that_can():
+    with pytest.raises(ValueError, match="body_bytes_in_flight 1000 cannot hold one body"):
+        BodyBudget(1000, largest=4096)
+    assert BodyBudget(4 * 4096 // 3 + 1, largest=4096).in_flight == 0
 
 
 @pytest.mark.parametrize("sent", [b"", b"POST /v1/systemone HTTP/1.1\r\nContent-Le"], ids=["nothing", "half headers"])
@@ -103,3 +145,61 @@ def test_stalled_uploads_and_silent_connections_keep_no_client_out(tmp_path):
     finally:
         assert fleet.stop() == 0, fleet.logs()
     assert not fleet.lifecycle_breaches()
+
+
+
+LARGE_UPLOADS = 60  # each declares 4 MiB, sends 2 MiB and stalls: 120 MiB sent in all
+BODY_CAP = 16 * 1024 * 1024  # three quarters of it hold three such uploads
+
+
+def resident_bytes(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def large_upload(port: int) -> socket.socket:
+    """A connection that declared 4 MiB and sent 2 MiB of it, or as much as the gateway took
+    before it answered 503 and closed."""
+    [sock] = open_connections(port, 1, upload_head(4 * 1024 * 1024))
+    try:
+        sock.sendall(b" " * (2 * 1024 * 1024))
+    except OSError:
+        pass  # refused and closed while sending: its outcome says which
+    return sock
+
+
+def status_by(sock: socket.socket, deadline: float) -> int | str:
+    try:
+        return outcome(sock, deadline).status
+    except TimeoutError:
+        return "held"  # no answer: its body is still awaited
+
+
+@pytest.mark.fleet
+def test_many_large_stalled_uploads_neither_stop_small_requests_nor_hold_more_than_the_cap(tmp_path):
+    """Before the budget, 300 such uploads grew a gateway by 799 MiB. With a 16 MiB cap three are
+    held and the others are told 503 before their bodies are read (or closed, when the 503 was
+    lost to the reset of a close with their bytes unread); small requests are answered meanwhile,
+    and the gateway grows by less than the cap and an allowance of 16 MiB for 57 connections."""
+    fleet = start_fleet(tmp_path, workers=1, extra=[*CHECKED, "--body-bytes-in-flight", str(BODY_CAP),
+                                                    "--body-timeout-s", "120"])
+    try:
+        pid = program_pid(fleet, "gateway")
+        before = resident_bytes(pid)
+        with ThreadPoolExecutor(LARGE_UPLOADS) as pool:
+            uploads = list(pool.map(lambda _: large_upload(fleet.port), range(LARGE_UPLOADS)))
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: post_json(fleet.url + "/v1/systemone", SMALL, timeout=60)[0], range(16)))
+        assert answers == [200] * 16
+        grown = resident_bytes(pid) - before
+        deadline = time.monotonic() + GENEROUS_S
+        statuses = Counter(status_by(sock, deadline) for sock in uploads)
+        assert statuses["held"] == 3 and statuses[503] + statuses[CLOSED] == LARGE_UPLOADS - 3, statuses
+        assert statuses[503] > 0, statuses
+        assert grown < BODY_CAP + 16 * 1024 * 1024, f"the gateway grew by {grown / 2**20:.0f} MiB"
+        for sock in uploads:
+            sock.close()
+    finally:
+        assert fleet.stop() == 0, fleet.logs()

@@ -9,8 +9,9 @@ drains: queued requests are handed back to the gateway (DRAIN), the running batc
 while heartbeats say "draining", requests arriving meanwhile are refused with code
 "draining" (the gateway places them again), and the process exits 0. Any crash exits
 non-zero, so supervisord (autorestart=unexpected) starts it again; a failure before the worker
-sent Ready (the model cannot be loaded, the start-up canary refuses, a setting it cannot honour)
-exits 2 with its reason in one line, and is not started again (shared/refusal.py).
+sent Ready (the model cannot be loaded, the start-up canary refuses, a setting it cannot honour),
+or one the gateway refused (Refuse: its id is a live worker's), exits 2 with its reason in one line,
+and is not started again (shared/refusal.py).
 """
 from __future__ import annotations
 
@@ -27,14 +28,15 @@ import zmq
 
 from shared import curve
 from shared.config import Settings
-from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Score,
-                             WorkerStats, decode, encode)
+from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Refuse,
+                             Score, WorkerStats, decode, encode, routing_identity)
 from shared.derive import serving_profile
 from shared.llama import build_description
 from shared.model_files import file_sha256, resolve_model
 from shared.profiles import Profile, preamble_tokens
-from shared.refusal import reason, refuse
+from shared.refusal import REFUSED, reason, refuse
 from shared.serving import serving_facts, with_arithmetic
+from shared.start_guard import StartGuard
 from worker.canary import check_exact, run_canary, shape_record
 from worker.cores import choose_cores, pin
 from worker.engine import Engine
@@ -92,6 +94,8 @@ class WorkerProcess:
             pin(placed.cores)
         self.cores, self.pinned, self.threads = placed.cores, placed.pinned, placed.threads
         self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
+        self.identity = routing_identity(self.worker_id, os.getpid())
+        self.refused_by_gateway = ""  # a Refuse's reason: this process exits 2 with it
         self.profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
@@ -100,7 +104,7 @@ class WorkerProcess:
         self.serves: dict[str, str] = {}  # shared/serving.py, computed by the model thread
         self._stop = threading.Event()
         self._handlers: dict[type[Message], Callable[[Any], Message | None]] = {
-            Score: self._on_score, Cancel: self._on_cancel, Ping: lambda _: None}
+            Score: self._on_score, Cancel: self._on_cancel, Ping: lambda _: None, Refuse: self._on_refuse}
 
     def status(self, kind: type[Ready] = Heartbeat) -> Ready:
         """On the main thread: what the model thread last published (Engine.status, replaced
@@ -155,6 +159,10 @@ class WorkerProcess:
             return Error(request_id=msg.request_id, code=ErrorCode.CANCELLED, message="dropped before it ran")
         return None  # running or answered already: its answer comes, or came, as usual
 
+    def _on_refuse(self, msg: Refuse) -> None:
+        """The gateway will not admit this process (its id is a live worker's): serve ends."""
+        self.refused_by_gateway = msg.reason
+
     def _on_message(self, msg: Message) -> Message | None:
         """Act on a gateway message by its type; returns the reply to send, if any. A Ping needs
         none: the gateway only learns whether the send reached us."""
@@ -175,7 +183,7 @@ class WorkerProcess:
     def _dealer(self, zctx: zmq.Context, linger_ms: int) -> zmq.Socket:
         """The socket to the gateway, not yet connected: this worker's identity, its CURVE keys."""
         dealer = zctx.socket(zmq.DEALER)
-        dealer.setsockopt_string(zmq.IDENTITY, self.worker_id)
+        dealer.setsockopt(zmq.IDENTITY, self.identity)
         dealer.setsockopt(zmq.LINGER, linger_ms)
         if self.keys is not None:
             self.keys.apply(dealer)
@@ -189,7 +197,8 @@ class WorkerProcess:
         dealer.send(encode(CannotStart(worker_id=self.worker_id, pid=os.getpid(), reason=why)))
         dealer.close()
 
-    def serve(self) -> int:
+    def serve(self, on_up: Callable[[], None] = lambda: None) -> int:
+        """Load, connect, say Ready (then on_up()), and serve until drained (0), crashed (1) or refused (2)."""
         zctx = zmq.Context()
         pull = zctx.socket(zmq.PULL)
         pull.bind(RESULTS)
@@ -212,6 +221,7 @@ class WorkerProcess:
 
         outbox = Outbox(dealer)
         outbox.send(encode(self.status(Ready)))
+        on_up()
         log.info("%s: ready, connected to %s%s", self.worker_id, self.settings.zmq_endpoint,
                  " (CURVE)" if self.keys else "")
         poller = zmq.Poller()
@@ -219,7 +229,10 @@ class WorkerProcess:
         next_beat = time.monotonic() + beat
         left: list[str] | None = None  # requests handed back, once draining
         while left is None or thread.is_alive() or pull.poll(0):
-            if left is None and self._stop.is_set():  # SIGTERM: hand the queue back
+            if self.refused_by_gateway and left is None:  # never admitted: nothing to hand back or answer
+                self.scheduler.stop()
+                left = []
+            elif left is None and self._stop.is_set():  # SIGTERM: hand the queue back
                 left = self.scheduler.stop()
                 outbox.send(encode(Drain(worker_id=self.worker_id, request_ids=left)))
                 log.info("%s: draining, %d queued requests handed back", self.worker_id, len(left))
@@ -251,20 +264,32 @@ class WorkerProcess:
                 next_beat = time.monotonic() + beat
         if not outbox.flush_for(EXIT_FLUSH_S):
             log.warning("%s: gateway not reading; %d messages unsent at exit", self.worker_id, len(outbox.held))
-        log.info("%s: drained, exiting", self.worker_id)
         dealer.disable_monitor()
         lost.close()
         dealer.close()
         pull.close()
         zctx.term()
+        if self.refused_by_gateway:
+            log.error("%s: the gateway refused it", self.worker_id)  # the refusal line comes last
+            return refuse(f"worker {self.worker_id}", RuntimeError(self.refused_by_gateway))
+        log.info("%s: drained, exiting", self.worker_id)
         return 0
 
 
 def run_worker_process(settings: Settings, *, index: int, cores: str = "", worker_id: str = "") -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    name = f"worker {worker_id or f'w{index:02d}'}"
+    guard = StartGuard(settings.run_path, name)  # a crash before Ready: back-off, then an end (shared/start_guard.py)
     try:
+        if wait := guard.begin():
+            log.warning("%s: its last start crashed before it was up; waiting %.0f s", name, wait)
+            time.sleep(wait)
         process = WorkerProcess(settings, index=index, cores=cores, worker_id=worker_id)
     except Exception as exc:  # keys, cores, profile or model file: nothing a restart would change
-        log.exception("worker %s could not start", worker_id or index)
-        return refuse(f"worker {worker_id or f'w{index:02d}'}", exc)
-    return process.serve()
+        guard.done()
+        log.exception("%s could not start", name)
+        return refuse(name, exc)
+    code = process.serve(on_up=guard.done)
+    if code == REFUSED:
+        guard.done()
+    return code

@@ -14,7 +14,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
-from shared.messages import Heartbeat, Message, Ping, Ready, Result, Score, decode, encode
+from shared.messages import Heartbeat, Message, Ping, Ready, Result, Score, decode, encode, routing_identity
 
 
 HANDSHAKE_ENDS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -30,7 +30,7 @@ class ScriptedWorker:
         self.serves = serves or {}
         self.answered: list[str] = []  # request ids, by answer_every_score
         self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt_string(zmq.IDENTITY, worker_id)
+        self.sock.setsockopt(zmq.IDENTITY, routing_identity(worker_id, pid))  # as a real worker's
         self.sock.setsockopt(zmq.LINGER, 0)
         if keys is not None:
             keys.apply(self.sock)
