@@ -170,19 +170,22 @@ def large_upload(port: int) -> socket.socket:
     return sock
 
 
-def status_by(sock: socket.socket, deadline: float) -> int | str:
+def status_within(sock: socket.socket, seconds: float) -> int | str:
+    """Its answer's status, CLOSED, or "held": no answer within `seconds`, its body still awaited."""
     try:
-        return outcome(sock, deadline).status
+        return outcome(sock, time.monotonic() + seconds).status
     except TimeoutError:
-        return "held"  # no answer: its body is still awaited
+        return "held"
 
 
 @pytest.mark.fleet
 def test_many_large_stalled_uploads_neither_stop_small_requests_nor_hold_more_than_the_cap(tmp_path):
-    """Before the budget, 300 such uploads grew a gateway by 799 MiB. With a 16 MiB cap three are
-    held and the others are told 503 before their bodies are read (or closed, when the 503 was
-    lost to the reset of a close with their bytes unread); small requests are answered meanwhile,
-    and the gateway grows by less than the cap and an allowance of 16 MiB for 57 connections."""
+    """Before the budget, 300 such uploads grew a gateway by 799 MiB (60: 170 MiB). With a 16 MiB
+    cap three are held and the others are told 503 before their bodies are read (or closed, when
+    the 503 was lost to the reset of a close with their bytes unread); small requests are answered
+    meanwhile, and the gateway grows by less than the cap and half a MiB per connection: aiohttp's
+    read buffers while it reads and drops what a refused upload still sends (its lingering close;
+    measured 30-34 MiB in all)."""
     fleet = start_fleet(tmp_path, workers=1, extra=[*CHECKED, "--body-bytes-in-flight", str(BODY_CAP),
                                                     "--body-timeout-s", "120"])
     try:
@@ -194,11 +197,10 @@ def test_many_large_stalled_uploads_neither_stop_small_requests_nor_hold_more_th
             answers = list(pool.map(lambda _: post_json(fleet.url + "/v1/systemone", SMALL, timeout=60)[0], range(16)))
         assert answers == [200] * 16
         grown = resident_bytes(pid) - before
-        deadline = time.monotonic() + GENEROUS_S
-        statuses = Counter(status_by(sock, deadline) for sock in uploads)
+        statuses = Counter(status_within(sock, 2.0) for sock in uploads)  # a 503 came long before
         assert statuses["held"] == 3 and statuses[503] + statuses[CLOSED] == LARGE_UPLOADS - 3, statuses
         assert statuses[503] > 0, statuses
-        assert grown < BODY_CAP + 16 * 1024 * 1024, f"the gateway grew by {grown / 2**20:.0f} MiB"
+        assert grown < BODY_CAP + LARGE_UPLOADS * 512 * 1024, f"the gateway grew by {grown / 2**20:.0f} MiB"
         for sock in uploads:
             sock.close()
     finally:
