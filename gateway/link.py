@@ -25,7 +25,6 @@ from shared.messages import Message, decode, encode
 
 log = logging.getLogger("jevfleet.fleet")
 
-
 class BindError(OSError):
     """The ROUTER could not bind its endpoint: an OSError like the HTTP port's, so the gateway
     refuses to start with the reason (gateway/app.run_gateway_process, shared/refusal.py)."""

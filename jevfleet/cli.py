@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", default="eval-report", help="report directory (default ./eval-report)")
     evaluate.add_argument("--head", choices=tuple(HEAD_CHOICES), default="profile",
                           help="in-process: the profile's learned head as its [head] says, or on / off")
+    evaluate.add_argument("--reading", choices=("served", "plain"), default="served",
+                          help="served: the answers jevfleet gives; plain: for comparison, the reading a "
+                               "llama-server user would write (one chat turn, P(yes) of the first token; "
+                               "yes/no items only, quality/plain.py)")
     calibrate = sub.add_parser("calibrate", help="fit the profile's [calibration] scale/bias on the fit half")
     calibrate.add_argument("--set", dest="set_path", nargs="+", default=list(QUALITY_SETS),
                            help="labeled JSONL set(s) with fit/test splits; their yes/no items are used "
@@ -159,6 +163,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, settings: Se
             return 2
         if args.command == "eval":
             return commands.run_eval(settings, set_path=args.set_path, url=args.url, split=args.split, out=args.out,
+                                     reading=args.reading,
                                      head=args.head)
         return commands.run_calibrate(settings, set_path=args.set_path, out=args.out, dry_run=args.dry_run,
                                       head=args.head, tag=args.tag)

@@ -15,9 +15,11 @@ from quality.head import feature_ids, fit_head
 from quality.items import Item, load_set
 from quality.local import LocalRunner
 from quality.metrics import Outcome, brier_skill
+from quality.plain import PlainRunner
 from quality.remote import RemoteRunner
 from shared.config import Settings
 from shared.derive import serving_profile
+from shared.model_files import resolve_model
 from shared.profiles import HEAD_CHOICES, Profile
 from worker.head import Head
 
@@ -33,15 +35,22 @@ def _set_name(set_path: list[str]) -> str:
     return " + ".join(Path(p).name for p in set_path)
 
 
-def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, out: str, head: str = "profile") -> int:
-    """head: "profile" (as the profile says), "on" or "off" (in-process only)."""
+def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, out: str, head: str = "profile",
+             reading: str = "served") -> int:
+    """head: "profile" (as the profile says), "on" or "off" (in-process only); reading: "plain" asks
+    the profile's GGUF as a llama-server user would instead (quality/plain.py)."""
     items = load_set(set_path, split)
     profile = (serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path,
-                               head=HEAD_CHOICES[head]) if url
+                               head=HEAD_CHOICES[head]) if url or reading == "plain"
                else calibrated_serving_profile(settings, head=HEAD_CHOICES[head]))  # in-process: as served
-    runner = RemoteRunner(url) if url else LocalRunner(settings, profile)
-    where = url or (f"profile {profile.name}{' (derived from the file)' if profile.derived else ''}"
-                    f"{' with its head' if profile.head else ''}, in-process")
+    if reading == "plain":
+        runner = PlainRunner(resolve_model(profile, settings.cache_path, settings.model), profile,
+                             threads=settings.threads or settings.cores_per_worker)
+        where = f"the plain reading of {profile.name}'s GGUF (one chat turn, first token), in-process"
+    else:
+        runner = RemoteRunner(url) if url else LocalRunner(settings, profile)
+        where = url or (f"profile {profile.name}{' (derived from the file)' if profile.derived else ''}"
+                        f"{' with its head' if profile.head else ''}, in-process")
     try:
         outcomes, skipped = ask_all(runner, items, desc=_set_name(set_path))
     except urllib.error.URLError as exc:

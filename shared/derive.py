@@ -108,6 +108,11 @@ def _render(gguf: GgufFile, messages: list[dict[str, str]], generation: bool) ->
     return formatter(messages=messages, enable_thinking=False).prompt
 
 
+def render_chat(gguf: GgufFile, messages: list[dict[str, str]]) -> str:
+    """The file's chat template over `messages`, with the generation prompt (as a chat client's)."""
+    return _render(gguf, messages, True)
+
+
 def _conversation(gguf: GgufFile) -> list[dict[str, str]]:
     """The messages of a decision, with a system turn when the template takes one, else its text
     folded into the first user turn (Gemma's templates refuse a system role, some raise)."""

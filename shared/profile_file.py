@@ -10,6 +10,7 @@ vocabulary, is checked where a vocabulary is at hand: shared/profiles.answer_ids
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -24,8 +25,20 @@ class Section(BaseModel):
 class ModelSection(Section):
     package: str = ""  # a Python package with assemble(), or one shipping `package_file` whole
     package_file: str = ""
+    # Or chunks shipped in several packages, "package/path/in/it", joined in this order once into
+    # the cache dir; `sha256` of the joined file is then required and checked.
+    parts: tuple[Text, ...] = ()
+    sha256: str = ""
     path: str = ""  # a GGUF file; overrides nothing but `package`
     add_bos: bool = True
+
+    @model_validator(mode="after")
+    def _parts_are_pinned(self) -> ModelSection:
+        if self.parts and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            raise ValueError("parts need sha256: the 64 hex digits of the joined file")
+        if any("/" not in part for part in self.parts):
+            raise ValueError("each part is package/path/inside/it")
+        return self
 
 
 def _holds(template: str, *names: str) -> str:

@@ -26,6 +26,8 @@ class Profile:
     licence: str
     package: str
     package_file: str  # a GGUF shipped whole inside `package` (used in place, never imported)
+    parts: tuple[str, ...] = ()  # or chunks in several packages, joined once (shared/model_files.py)
+    sha256: str = ""  # of the joined parts
     path: str
     add_bos: bool
     control: tuple[str, ...]  # control-token texts of a chat template, parsed in template text only
@@ -91,7 +93,8 @@ def profile_from_file(raw: ProfileFile, source: Path, *, head: bool | None = Non
     prompt = raw.prompt
     profile = Profile(
         name=raw.name, description=raw.description, release_date=raw.release_date, licence=raw.licence,
-        package=raw.model.package, package_file=raw.model.package_file, path=raw.model.path,
+        package=raw.model.package, package_file=raw.model.package_file, parts=raw.model.parts,
+        sha256=raw.model.sha256, path=raw.model.path,
         add_bos=raw.model.add_bos, control=prompt.control, preamble=prompt.preamble, prefix=prompt.prefix,
         suffix=prompt.suffix, default_question=prompt.default_question, true_means=prompt.true_means,
         false_means=prompt.false_means, choice_question=prompt.choice_question,
