@@ -14,11 +14,12 @@ from typing import Callable
 import numpy as np
 from llama_cpp import Llama, llama_get_logits_ith  # a plain client's own path, not the worker's engine
 
-from quality.items import Item, Skipped
+from quality.items import Item, Skipped, outcome
 from quality.metrics import Outcome
 from shared.derive import render_chat
 from shared.gguf_file import read_gguf
 from shared.profiles import Profile, answer_ids
+from worker.head import logsumexp
 
 USER_TURN = "{state}\n\nQuestion: {question}\nAnswer Yes or No."
 
@@ -42,7 +43,7 @@ class PlainRunner:
         # the last token's logits as llama.cpp left them (Llama.scores is filled only with logits_all)
         row = np.ctypeslib.as_array(llama_get_logits_ith(self.llm.ctx, -1), shape=(self.llm.n_vocab(),))
         row = row.astype(np.float64)
-        return float(np.logaddexp.reduce(row[self.yes]) - np.logaddexp.reduce(row[self.no]))
+        return logsumexp([row[t] for t in self.yes]) - logsumexp([row[t] for t in self.no])  # as worker/exact.py
 
     def ask(self, items: list[Item], progress: Callable[[int], None] = lambda n: None) -> list[Outcome | Skipped]:
         results: list[Outcome | Skipped] = []
@@ -51,9 +52,7 @@ class PlainRunner:
                 results.append(Skipped(item.id, "the plain reading answers yes/no questions only"))
             else:
                 margin = self.margin(item)
-                p = float(1.0 / (1.0 + np.exp(-margin)))
-                results.append(Outcome(id=item.id, kind=item.kind, type=item.type, probs=(p, 1.0 - p),
-                                       answer=item.answer_index, margin=margin, tag=item.tag))
+                results.append(outcome(item, {"noul": 1.0 / (1.0 + np.exp(-margin))}, margin))
             progress(1)
         return results
 
