@@ -48,8 +48,9 @@ setup: $(STAMP)
 llama-build: $(STAMP)
 	@$(LLAMA_INSTALL)
 
-# PROFILE=qwen2.5-coder-1.5b serves the trained 1.5B instruct model (its 1.1 GB extra installed once).
-serve: $(STAMP) llama-build $(if $(filter qwen2.5-coder-1.5b,$(PROFILE)),$(VENV)/.installed-qwen)
+# The default model is Qwen2.5-Coder 1.5B Instruct (conf/models/qwen2.5-coder-1.5b.toml); PROFILE=gemma-3-270m
+# serves the small one.
+serve: $(STAMP) llama-build
 	exec $(VENV)/bin/jevfleet serve $(SERVE_FLAGS)
 
 # Three tiers, each timed: fast (no model), model (the GGUF in-process), fleet (supervisord); see

@@ -45,8 +45,7 @@ def main() -> None:
     parser.add_argument("--head", choices=tuple(HEAD_CHOICES), default="profile")
     args = parser.parse_args()
     settings = load_settings({"profile": args.profile} if args.profile else None)
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path,
-                              head=HEAD_CHOICES[args.head])
+    profile = serving_profile(settings, head=HEAD_CHOICES[args.head])
     items = [i for i in load_set(SETS, "test") if i.type in ("choice", "score")]
     merges = [merged(i) for i in items if i.type == "choice" and len(i.criteria) >= 3]
     runner = LocalRunner(settings, profile)

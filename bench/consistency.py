@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--targets", default=",".join(TARGETS))
     args = parser.parse_args()
     settings = load_settings()
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    profile = serving_profile(settings)
     items = [fresh.item(args.workload, i) for i in range(args.requests)]
     print(f"# python -m bench.consistency --requests {args.requests} --clients {args.clients} "
           f"--workload {args.workload}  (load average {os.getloadavg()[0]:.2f})", flush=True)

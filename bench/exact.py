@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     settings = default_settings()
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path, head=False)
+    profile = serving_profile(settings, head=False)
     from jevfleet.harness.engine import model_of
 
     path = model_of(settings)[1]

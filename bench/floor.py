@@ -112,7 +112,7 @@ def main() -> None:
     requests = parse_requests(args.requests)
     targets = [t for t in args.targets.split(",") if t]
     settings = load_settings()
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    profile = serving_profile(settings)
     print(f"# python -m bench.floor --requests {','.join(f'{w}={n}' for w, n in requests.items())}"
           f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
     seconds: dict[tuple[str, str], list[float]] = {(t, w): [] for t in targets for w in requests}

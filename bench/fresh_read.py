@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--no-server", action="store_true", help="skip llama-server (no build on first use)")
     args = parser.parse_args()
     settings = load_settings()
-    gguf = resolve_model(serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path),
+    gguf = resolve_model(serving_profile(settings),
                          settings.cache_path, settings.model)
     print(f"{gguf.name}: {args.tokens} first-seen tokens a read, {args.reps} reads each; "
           f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)

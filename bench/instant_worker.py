@@ -40,7 +40,7 @@ def configured_facts() -> dict[str, str]:
     """What a real worker at the configured settings states (shared/serving.py): the gateway
     admits only workers that serve its model, profile and mode."""
     settings = load_settings()
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    profile = serving_profile(settings)
     model_file = resolve_model(profile, settings.cache_path, settings.model)
     vocab = llama().llama_model_get_vocab(load_model(model_file, vocab_only=True))
     return serving_facts(profile=profile, model_sha256=file_sha256(model_file), mode=settings.mode,

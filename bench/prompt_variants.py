@@ -110,7 +110,7 @@ def main() -> int:
     parser.add_argument("--tag", default="", help="only the fit items of this tag (straightforward, adversarial)")
     args = parser.parse_args()
     settings = load_settings({"profile": args.profile or None})
-    base = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    base = serving_profile(settings)
     items = [i for i in load_set(args.set_path, "fit") if i.type == "noul" and (not args.tag or i.tag == args.tag)]
     items = items[: args.limit or None]
     chosen = variants(base)

@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=6)
     args = parser.parse_args()
     settings = load_settings()
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    profile = serving_profile(settings)
     gguf = resolve_model(profile, settings.cache_path, settings.model)
     print(f"{gguf.name}: {args.questions} questions of {args.rows} tokens, each on its own {args.state}-token "
           f"state, {args.reps} reads each; load average {os.getloadavg()[0]:.2f} at the start", flush=True)

@@ -31,8 +31,7 @@ def main() -> None:
     items = [i for i in load_set(args.set_path) if i.type == "noul"]
     items = items[:args.limit] if args.limit else items
     started = time.monotonic()
-    runner = LocalRunner(settings, dataclasses.replace(serving_profile(settings.profile, settings.model,
-                                                                       cache_dir=settings.cache_path, head=False)))
+    runner = LocalRunner(settings, dataclasses.replace(serving_profile(settings, head=False)))
     try:
         readings = collect(runner, items, lambda r, its: ask_all(r, its, desc="readout"))
     finally:

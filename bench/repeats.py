@@ -54,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     items = list(workloads.load(args.workload)[: args.requests])
     settings = Settings()
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    profile = serving_profile(settings)
     gguf = resolve_model(profile, settings.cache_path, settings.model)
     print(f"# python -m bench.repeats --workload {args.workload} --requests {args.requests} --passes {args.passes}"
           f"  (load average {os.getloadavg()[0]:.2f})")

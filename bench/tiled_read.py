@@ -235,7 +235,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     settings = load_settings()
-    gguf = resolve_model(serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path),
+    gguf = resolve_model(serving_profile(settings),
                          settings.cache_path, settings.model)
     print(f"{gguf.name}: load average {os.getloadavg()[0]:.2f} at the start", flush=True)
     model = load_model(gguf)

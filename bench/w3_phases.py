@@ -209,7 +209,7 @@ def main() -> None:
     if unknown := set(targets) - set(TARGETS):
         parser.error(f"--targets: {', '.join(sorted(unknown))} is not one of {', '.join(TARGETS)}")
     settings = load_settings()
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    profile = serving_profile(settings)
     print(f"# python -m bench.w3_phases --users {args.users} --requests {args.requests} --rounds {args.rounds}"
           f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
     rows: dict[str, list[dict]] = {t: [] for t in targets}

@@ -218,7 +218,7 @@ def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokeni
 
 def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
     """The gateway's app: the profile's GGUF read vocab-only to tokenize, and the fleet's ROUTER."""
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    profile = serving_profile(settings)
     if profile.derived and not profile.calibration_record:
         log.warning("the profile derived from %s is served uncalibrated: no calibration is recorded in %s "
                     "(`jevfleet serve` fits one; derived_calibration)", profile.source, settings.cache_path)

@@ -58,7 +58,7 @@ class LocalDecider:
     settings.threads says otherwise; `profile` replaces the one settings name."""
 
     def __init__(self, settings: Settings, profile: Profile | None = None, *, sanity: bool = True) -> None:
-        self.profile = profile or serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+        self.profile = profile or serving_profile(settings)
         self.settings = within_trained_context(settings, resolve_model(self.profile, settings.cache_path,
                                                                        settings.model))
         self._sanity = sanity  # build_engine's: off for the calibration fit

@@ -88,7 +88,7 @@ def serve(settings: Settings) -> int:
               file=sys.stderr)
         return 2
     # Assemble the model once here, not in N workers racing for the lock.
-    profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+    profile = serving_profile(settings)
     model = resolve_model(profile, settings.cache_path, settings.model)
     try:  # ctx within the file's reach (before memory is planned and children read it); as many workers
         # as cores and memory allow, or those asked for if they fit

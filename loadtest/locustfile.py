@@ -31,7 +31,7 @@ SHED_STATUSES = (429, 503)
 MAX_RETRY_WAIT_S = 5.0
 
 _sequence = itertools.count()
-DEFAULT_PROFILE = Settings.model_fields["profile"].default
+DEFAULT_PROFILE = Settings.model_fields["default_profile"].default
 
 
 @events.init_command_line_parser.add_listener

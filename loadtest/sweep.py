@@ -192,7 +192,7 @@ class Sweep:
         self.machine = machine()
         settings = load_settings()
         self.cache = settings.cache_path
-        self.profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+        self.profile = serving_profile(settings)
         # the profile file Locust renders the baselines' prompts from: a derived one's rendering (its
         # source is the GGUF, which load_profile cannot read)
         self.profile_file = render_profile(self.profile, self.cache) if self.profile.derived else self.profile.source

@@ -40,8 +40,7 @@ def run_eval(settings: Settings, *, set_path: list[str], url: str, split: str, o
     """head: "profile" (as the profile says), "on" or "off" (in-process only); reading: "plain" asks
     the profile's GGUF as a llama-server user would instead (quality/plain.py)."""
     items = load_set(set_path, split)
-    profile = (serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path,
-                               head=HEAD_CHOICES[head]) if url or reading == "plain"
+    profile = (serving_profile(settings, head=HEAD_CHOICES[head]) if url or reading == "plain"
                else calibrated_serving_profile(settings, head=HEAD_CHOICES[head]))  # in-process: as served
     if reading == "plain":
         runner = PlainRunner(resolve_model(profile, settings.cache_path, settings.model), profile,
@@ -85,8 +84,7 @@ def run_calibrate(settings: Settings, *, set_path: list[str], out: str, dry_run:
         print(f"jevfleet calibrate: the set needs yes/no items tagged {tag!r} in both a fit and a test split",
               file=sys.stderr)
         return 2
-    runner = LocalRunner(settings, serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path,
-                                                   head=False))
+    runner = LocalRunner(settings, serving_profile(settings, head=False))
     profile = runner.profile
     if head:
         answer_ids = runner.tokenizer.yes_ids + runner.tokenizer.no_ids

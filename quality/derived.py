@@ -59,8 +59,7 @@ TAG = "straightforward"  # the items calibrate fits a hand-written profile on by
 
 def calibrated_serving_profile(settings: Settings, *, head: bool | None = None) -> Profile:
     """serving_profile for these settings, as served: a derived one calibrated (calibrated)."""
-    return calibrated(settings, serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path,
-                                                head=head))
+    return calibrated(settings, serving_profile(settings, head=head))
 
 
 def calibrated(settings: Settings, profile: Profile) -> Profile:

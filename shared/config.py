@@ -98,8 +98,11 @@ class Settings(BaseSettings):
     # --- worker (engine) ---
     profile: str = Field("", description="model profile: a name in conf/models, or a path to a .toml; empty = "
                                          "derived from `model`'s GGUF (serve derives it once and gives its "
-                                         "gateway and workers the rendered file), or gemma-3-270m when no model "
-                                         "is given")
+                                         "gateway and workers the rendered file), or default_profile when no "
+                                         "model is given")
+    default_profile: str = Field("qwen2.5-coder-1.5b", description="the profile served when neither profile nor "
+                                 "model is given: Qwen2.5-Coder 1.5B Instruct (1.1 GB, from PyPI); gemma-3-270m "
+                                 "is the small one the tests run (it answers at chance)")
     model: str = Field("", description="GGUF file: with a profile, replaces the profile's model; without, the "
                                        "profile is derived from it; empty = the profile's")
     derived_calibration: int = Field(1, ge=0, le=1, description="1 = a profile derived from `model` is "
@@ -234,5 +237,9 @@ def replace(settings: Settings, **changes: Any) -> Settings:
 
 def default_settings(**changes: Any) -> Settings:
     """The model's defaults with `changes`, whatever the file and JEV_* variables say: for tests
-    and benchmarks that must not depend on the environment they run in."""
-    return replace(Settings.model_construct(), **changes)
+    and benchmarks that must not depend on the environment they run in. One exception:
+    JEV_DEFAULT_PROFILE, the model a test or benchmark runs when it names none (tests/conftest.py
+    sets the small one, so the suite does not run the 1.5B default wherever the model does not matter)."""
+    default_profile = os.environ.get(env_var("default_profile"))
+    pinned = {"default_profile": default_profile} if default_profile else {}
+    return replace(Settings.model_construct(), **{**pinned, **changes})

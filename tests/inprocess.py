@@ -66,7 +66,7 @@ class InProcessGateway:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def _start(self) -> str:
-        profile = serving_profile(self.settings.profile, self.settings.model, cache_dir=self.settings.cache_path)
+        profile = serving_profile(self.settings)
         tokenizer = ByteTokenizer(profile)
         self.fleet = Fleet(self.settings, preamble_tokens=tokenizer.preamble_tokens)
         app = create_app(self.settings, profile=profile, model_file=self.model_file, tokenizer=tokenizer,

@@ -23,6 +23,10 @@ What podman 4.3's `kube play` does with these kinds, and what stands in here:
   cannot give a played pod a cpuset, so each unit replica becomes a Pod (named as podman names a
   Deployment's replicas) whose command first narrows its CPU affinity to its own CPUs, which is
   what the worker sees of a cpuset (os.sched_getaffinity), and the ConfigMap says pin_workers = 1.
+- The model: the image carries the default (1.5B) model; the test's units serve the small one the
+  whole suite runs (tests/tiers.py's SMALL_PROFILE, whose package the image also holds), named by a
+  `default_profile` line added to the ConfigMap, so the faults, drains and answers take what they
+  take on the other fleets.
 
 Everything a run makes is named `jevk8s<pid>...`: a later run removes what a finished process left
 (pods, volumes, the network, the secret), never a live run's.
@@ -42,6 +46,7 @@ import yaml
 from deploy.image import podman_env
 from shared.config import PROJECT_ROOT
 from jevfleet.harness.netns import alive
+from tests.tiers import SMALL_PROFILE
 
 MANIFESTS = PROJECT_ROOT / "deploy" / "kubernetes"
 PREFIX = "jevk8s"
@@ -108,19 +113,21 @@ def split_cpus(available: list[int], units: int) -> list[list[int]]:
 
 
 def _pinned(doc: dict) -> dict:
-    """A ConfigMap whose `pin_workers = 0` says 1."""
+    """A ConfigMap whose `pin_workers = 0` says 1, serving the small model."""
     for key, text in doc["data"].items():
         text, n = re.subn(r"(?m)^(\s*pin_workers\s*=\s*)0\b", r"\g<1>1", text)
         if n != 1 and key.endswith(".toml"):
             raise ValueError(f"ConfigMap {doc['metadata']['name']}: no single pin_workers = 0 in {key}")
+        if key.endswith(".toml"):
+            text += f'default_profile = "{SMALL_PROFILE}"\n'
         doc["data"][key] = text
     return doc
 
 
 def pinned_config(played: str) -> str:
-    """for_podman's YAML with every ConfigMap saying pin_workers = 1. Every play of a run must say
-    the same: podman keeps a ConfigMap as one named volume, and a later play's copy replaces it
-    under pods that have not read it yet."""
+    """for_podman's YAML with every ConfigMap saying pin_workers = 1 and the small model. Every play
+    of a run must say the same: podman keeps a ConfigMap as one named volume, and a later play's
+    copy replaces it under pods that have not read it yet."""
     return yaml.safe_dump_all([_pinned(d) if d["kind"] == "ConfigMap" else d for d in yaml.safe_load_all(played)],
                               sort_keys=False)
 

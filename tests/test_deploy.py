@@ -16,8 +16,7 @@ import yaml
 
 from deploy.bake_model import baked_profile
 from deploy.image import CONTAINERFILE
-from shared.config import load_settings
-from shared.derive import DEFAULT_PROFILE
+from shared.config import Settings, load_settings
 from tests import podman_kube as kube
 
 DOCS = kube.load_manifests()
@@ -44,9 +43,10 @@ def test_the_image_bakes_the_model_the_units_serve(pod_settings):
     """The image build's bake step names its profile as serve does: with neither a profile nor a
     model set (the settings' defaults) that is the default profile, whose model comes from a
     package (an empty profile name once stopped the build; a warm image store hid it)."""
+    default = Settings.model_fields["default_profile"].default
     profile = baked_profile(pod_settings)
-    assert profile.name == DEFAULT_PROFILE and profile.package
-    assert baked_profile(load_settings({"profile": "", "model": ""})).name == DEFAULT_PROFILE
+    assert profile.name == default and (profile.package or profile.parts)
+    assert baked_profile(load_settings({"profile": "", "model": ""})).name == default
 
 
 def test_every_resource_is_listed_and_the_hpa_scales_the_unit_deployment():

@@ -17,11 +17,12 @@ import pytest
 from jevfleet.cli import main
 from jevfleet.harness.engine import model_of
 from shared.config import default_settings
-from shared.derive import (FEW_SHOT, SYSTEM, boundary_holds, derive_data, derive_profile, render_profile,
-                            serving_profile)
+from shared.derive import (FEW_SHOT, SYSTEM, boundary_holds, derive_data, derive_profile, profile_for,
+                            render_profile)
 from shared.gguf_file import read_gguf
 from shared.profile_file import profile_toml
 from shared.profiles import Profile, load_profile
+from tests.tiers import SMALL_PROFILE
 from worker.sanity import PAIRS, check_sanity, share_right
 
 PROMPT_KEYS = ("control", "preamble", "prefix", "suffix", "yes", "no", "default_question", "choice_question",
@@ -46,9 +47,9 @@ def test_a_file_that_is_not_a_gguf_is_refused(tmp_path, capsys):
 
 def test_a_named_profile_takes_precedence_over_the_file(tmp_path):
     """--profile with --model: the hand-written profile, its model replaced, the file never derived."""
-    profile = serving_profile("smollm2-135m", "/nonexistent/any.gguf", cache_dir=tmp_path)
+    profile = profile_for("smollm2-135m", "/nonexistent/any.gguf", cache_dir=tmp_path, default=SMALL_PROFILE)
     assert profile == load_profile("smollm2-135m") and not profile.derived
-    assert serving_profile("", "", cache_dir=tmp_path) == load_profile(FEW_SHOT)  # neither: the default
+    assert profile_for("", "", cache_dir=tmp_path, default=SMALL_PROFILE) == load_profile(SMALL_PROFILE)  # neither
 
 
 def test_the_toml_written_reads_back_as_the_same_data():
@@ -77,7 +78,7 @@ def test_a_rendered_derived_profile_loads_back_as_the_same_profile_with_its_cali
     assert path.parent == cache / "profiles" and path.name.startswith("mine-") and path.suffix == ".toml"
     loaded = load_profile(str(path))
     assert loaded == calibrated and loaded.derived and loaded.source == tmp_path / "mine.gguf"
-    assert serving_profile(str(path), calibrated.path, cache_dir=cache) == calibrated  # as a child reads it
+    assert profile_for(str(path), calibrated.path, cache_dir=cache, default=SMALL_PROFILE) == calibrated  # as a child reads it
     assert render_profile(calibrated, cache) == path  # named by content: the same profile, the same file
     uncalibrated = dataclasses.replace(calibrated, scale=1.0, bias=0.0, calibration_record="")
     assert render_profile(uncalibrated, cache) != path and load_profile(str(render_profile(uncalibrated, cache))) \
@@ -140,7 +141,7 @@ def test_smollm2s_file_alone_gives_the_hand_written_chat_profile(smollm2, tmp_pa
     assert derived.derived and derived.source == smollm2
     assert {k: getattr(derived, k) for k in PROMPT_KEYS} == {k: getattr(written, k) for k in PROMPT_KEYS}
     assert derived.add_bos == written.add_bos is False
-    assert serving_profile("", str(smollm2), cache_dir=tmp_path) == derived  # serve --model, nothing calibrated
+    assert profile_for("", str(smollm2), cache_dir=tmp_path, default=SMALL_PROFILE) == derived  # serve --model, nothing calibrated
 
 
 @pytest.mark.model

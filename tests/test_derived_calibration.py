@@ -96,15 +96,15 @@ def test_the_first_serve_fits_and_records_it_and_every_gateway_reads_the_same_nu
     assert 40 < kept["layer_mib"] < smollm2.stat().st_size / 2**20 - 20 and 15 < kept["item_tokens"] < 80
     assert "calibrating" in capsys.readouterr().err  # progress on stderr
     # a gateway (no model loaded) reads the record; a second serve fits nothing
-    assert serving_profile("", str(smollm2), cache_dir=settings.cache_path) == fitted
+    assert serving_profile(settings) == fitted
     rendered = render_profile(fitted, settings.cache_path)  # as serve hands it to its gateway and workers
-    assert serving_profile(str(rendered), str(smollm2), cache_dir=settings.cache_path) == fitted
+    assert serving_profile(replace(settings, profile=str(rendered))) == fitted
     monkeypatch.setattr(quality.derived, "LocalRunner", None)  # would raise if a fit were tried
     assert calibrated_serving_profile(settings) == fitted
     # another set is another record: the one kept for the old set is never read for it
     small_set.write_text(small_set.read_text().replace("Ticket", "Message", 1))
     assert calibration_record(settings.cache_path, derive_profile(smollm2)) != record
-    assert serving_profile("", str(smollm2), cache_dir=settings.cache_path).calibration_record == ""
+    assert serving_profile(settings).calibration_record == ""
 
 
 @pytest.mark.model

