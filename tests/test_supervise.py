@@ -69,7 +69,7 @@ def test_serve_hands_its_children_the_derived_profile_rendered_once(tmp_path, mo
     fitted = dataclasses.replace(derived, scale=0.5, bias=0.25, calibration_record=str(tmp_path / "record.json"))
     derivations = []
     monkeypatch.setattr(jevfleet.supervise, "serving_profile",
-                        lambda *args, **kwargs: derivations.append(args) or derived)
+                        lambda s, **kwargs: derivations.append((s.profile, s.model)) or derived)
     if role == "workers":
         monkeypatch.setattr(quality.derived, "calibrated", lambda *_: pytest.fail("a workers-only host calibrated"))
     else:
