@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.config import PROJECT_ROOT
+from shared.config import PROJECT_ROOT, load_settings
 
 OUT = PROJECT_ROOT / "docs" / "benchmarks"
 # name: (module, what it answers)
@@ -45,13 +45,15 @@ BENCHMARKS = {
 
 
 def machine() -> str:
-    """CPU model, cores, AVX-512 or not, and the llama.cpp build the venv holds."""
+    """CPU model, cores, AVX-512 or not, the llama.cpp build the venv holds, and the model."""
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
     avx512 = "AVX-512" if re.search(r"\bavx512f\b", cpuinfo) else "no AVX-512"
     build = os.environ.get("LLAMA_BUILD", "x86-64-v3")
+    settings = load_settings()
+    served = settings.profile or settings.model or settings.default_profile
     return (f"{model[1].strip() if model else platform.processor()}, {os.cpu_count()} cores, {avx512}; "
-            f"llama.cpp build {build}; Python {platform.python_version()}")
+            f"llama.cpp build {build}; Python {platform.python_version()}; model {served}")
 
 
 def load() -> str:
