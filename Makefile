@@ -25,7 +25,7 @@ LOADTEST_WORKLOAD ?= W1
 LOADTEST_ROUNDS ?= 1
 LOADTEST_OUT ?= docs/benchmarks
 
-.PHONY: serve test setup clean loadtest bench-engine
+.PHONY: serve test setup clean loadtest
 
 # $(STAMP): the package with what `make serve` needs. Each extra of pyproject.toml (test, loadtest,
 # bench, quality) has a stamp of its own, installed by the targets that use it.
@@ -97,110 +97,23 @@ loadtest: $(VENV)/.installed-loadtest
 clean:
 	rm -rf $(VENV) build *.egg-info
 
-.PHONY: bench-latency
-bench-latency: $(VENV)/.installed-bench
-	$(PY) -m bench.latency
+# The benchmarks behind the figures the README and docs/benchmarks.md quote, one entry point (bench/__main__.py):
+# `make bench` lists them; `make bench NAME=floor BENCH_ARGS="--requests W1-fresh=60"` runs one and keeps its
+# tables in docs/benchmarks/NAME.md with the machine and load average. Only on a quiet machine, one at a time.
+.PHONY: bench
+bench: $(VENV)/.installed-bench $(VENV)/.installed-loadtest
+	$(PY) -m bench $(NAME) $(BENCH_ARGS)
 
-# Gateway-side overhead (Server-Timing parse/validate/tokenize/respond), a gateway with a stub worker.
-# BENCH_ARGS="--short 50 --large 5" for a quick run; --url http://... to measure a running fleet.
-.PHONY: bench-gateway
-bench-gateway: $(VENV)/.installed-bench
-	$(PY) -m bench.gateway_overhead $(BENCH_ARGS)
-
-# How many workers one gateway can feed: gateway processes with instant-answer workers (real ZeroMQ,
-# no model) under rising closed-loop load; BENCH_ARGS="--gateways 1,2" also runs two side by side.
-.PHONY: bench-ceiling
-bench-ceiling: $(VENV)/.installed-bench
-	$(PY) -m bench.gateway_ceiling $(BENCH_ARGS)
-
-.PHONY: bench-decide
-bench-decide: $(VENV)/.installed-bench
-	$(PY) -m bench.decide
-
-.PHONY: bench-engine
-# Engine benchmark (batching, snapshots, warmup, memory, modes); BENCH_ARGS=--quick for a short run.
-bench-engine: $(VENV)/.installed-bench
-	$(PY) -m bench.engine $(BENCH_ARGS)
-
-# Which micro-batch shapes keep a token row's logits bit-identical, per kernel (docs/architecture.md).
-.PHONY: bench-invariance
-bench-invariance: $(VENV)/.installed-bench
-	$(PY) -m bench.invariance $(BENCH_ARGS)
-
-# Where a short request's time goes in the worker (llama_decode calls, cache size), both modes.
-.PHONY: bench-decode
-bench-decode: $(VENV)/.installed-bench
-	$(PY) -m bench.decode_cost $(BENCH_ARGS)
-
-# Why a fresh prompt reads slower in deterministic mode than in llama-server: the same tokens through the
-# engine, bare llama.cpp contexts in 60-, 64- and 512-row pieces, and llama-server (docs/benchmarks.md).
-.PHONY: bench-fresh-read
-bench-fresh-read: $(VENV)/.installed-bench
-	$(PY) -m bench.fresh_read $(BENCH_ARGS)
-
-# Whether a state read through flash attention's tiled kernel (a KV stream a sequence, 64-row pieces)
-# is bit-identical beside other reads and across cuts, with three controls that must differ, and what
-# it saves on four first-seen states; JEV_MODEL for a zoo file (bench/tiled_read.py).
-.PHONY: bench-tiled-read
-bench-tiled-read: $(VENV)/.installed-bench
-	$(PY) -m bench.tiled_read $(BENCH_ARGS)
-
-# What a question on a kept state costs a row: four 12-token questions on their own states in one call,
-# through the engine and bare llama.cpp contexts, unified or a cache stream a sequence (docs/benchmarks.md).
-.PHONY: bench-question-cost
-bench-question-cost: $(VENV)/.installed-bench
-	$(PY) -m bench.question_cost $(BENCH_ARGS)
-
-# Where W3-fresh's time goes at 4 clients: first, second and later questions on each new state, the fleet
-# in both modes beside llama-server, request by request (docs/benchmarks.md).
-.PHONY: bench-w3-phases
-bench-w3-phases: $(VENV)/.installed-bench
-	$(PY) -m bench.w3_phases $(BENCH_ARGS)
-
-# One request at a time to a 1-worker fleet: W1, W3, a 20-question request, a 255-option choice.
-.PHONY: bench-shapes
-bench-shapes: $(VENV)/.installed-bench
-	$(PY) -m bench.request_shapes $(BENCH_ARGS)
-
-# The limit as a figure: the engine alone on first-seen requests back to back, beside the fleet and
-# llama-server on the same requests, taking turns; ratios to llama-server, the reference. BENCH_ARGS="--targets
-# floor,jevfleet,jevfleet-native" instead shows what the portable build costs on this CPU.
-.PHONY: bench-floor
-bench-floor: $(VENV)/.installed-bench
-	$(PY) -m bench.floor $(BENCH_ARGS)
-
-# Do answers move under load: the same first-seen requests at 1 and at 8 clients, each pass to a freshly
-# started server, ours and llama-server; identical answers, largest |ΔP|, flips across 0.5.
-.PHONY: bench-consistency
-bench-consistency: $(VENV)/.installed-bench
-	$(PY) -m bench.consistency $(BENCH_ARGS)
-
-# The first requests of a workload sent again and again, to a default fleet and to llama-server.
-.PHONY: bench-repeats
-bench-repeats: $(VENV)/.installed-bench
-	$(PY) -m bench.repeats $(BENCH_ARGS)
-
-# W3 at 4 users on a fresh fleet and on one that answered W1 first, in turns (issue 12's relocation fix).
-.PHONY: bench-history
-bench-history: $(VENV)/.installed-bench
-	$(PY) -m bench.fleet_history $(BENCH_ARGS)
-
-# The same closed-loop load on fleets of different shapes: 1 worker × 2 threads vs 2 × 1 here.
-# BENCH_ARGS=--quick for a short run; --shapes 1x2,2x2,4x2,8x2 on a bigger machine.
-.PHONY: bench-scaling
-bench-scaling: $(VENV)/.installed-bench
-	$(PY) -m bench.scaling $(BENCH_ARGS)
-
-# Compare prompt formats of the default profile on the fit half of eval/yesno.jsonl (docs/quality.md).
+# Compare prompt formats of a profile on the fit half of eval/yesno.jsonl (docs/quality.md).
 .PHONY: prompt-variants
 prompt-variants: $(VENV)/.installed-bench
-	$(PY) -m bench.prompt_variants $(VARIANT_FLAGS)
+	$(PY) -m quality.prompt_variants $(VARIANT_FLAGS)
 
 # How far choice / merged-option / score-threshold answers are from the relations probabilities
 # must satisfy, on the test half (docs/quality.md). BENCH_ARGS="--profile gemma-3-270m --head off".
 .PHONY: coherence
 coherence: $(VENV)/.installed-bench
-	$(PY) -m bench.coherence $(BENCH_ARGS)
+	$(PY) -m quality.coherence $(BENCH_ARGS)
 
 # Faults under load, every answer checked (issues 30, 40; docs/fleet.md): a reference pass (one worker, one
 # client), then the same requests from 8 clients through HAProxy to 2 gateways and 3 workers on network namespaces,
@@ -224,36 +137,10 @@ chaos: $(VENV)/.installed-test test-tools
 fuzz: $(VENV)/.installed-test
 	JEV_FUZZ_FLEET=1 JEV_FUZZ_SCALE=$(or $(FUZZ_SCALE),4) $(PY) -m pytest tests/test_fuzz.py -q -s -p no:cacheprovider
 
-# Overload soak and refusal speed: warm-up, a burst of 400 (time to a 429; the same burst at a bare
-# aiohttp server that only refuses, for the floor), 200 closed-loop clients for 5 minutes, then 1 minute
-# at normal load; RSS, open fds and latency (with the Server-Timing phases) before/after. About 8 minutes.
-# SOAK_ARGS="--overload-s 60 --normal-s 30 --warmup-s 30" for a shorter run; "--overload-s 0 --bursts 3"
-# for the bursts only.
-.PHONY: soak
-soak: $(VENV)/.installed-bench
-	$(PY) -m bench.soak $(SOAK_ARGS)
-# Served margins against llama.cpp's most exact reading of the same tokens (one pass, F32 K/V, no flash
-# attention), path by path: cache type, flash attention, pieces, padding, preamble, snapshots in cells and host memory.
-.PHONY: bench-exact
-bench-exact: $(VENV)/.installed-bench
-	$(PY) -m bench.exact $(BENCH_ARGS)
-
-.PHONY: bench-readout
-# Which way of reading the answer ranks best (token sets, hidden state vs llama.cpp logits row), per split and tag.
-bench-readout: $(VENV)/.installed-bench
-	$(PY) -m bench.readout $(BENCH_ARGS)
-
-# The model zoo (issue 38; bench/zoo.py): seeded random-weight GGUFs with real models' shapes, tokenizers
+# The model zoo (issue 38; bench/zoo.py; served and measured by `make bench NAME=zoo`): seeded random-weight GGUFs with real models' shapes, tokenizers
 # and chat templates, quantized Q4_K_M by llama.cpp's quantizer, into cache_dir/zoo/ (kept by recipe).
 # Default: Llama 3.2 1B, Qwen 2.5 1.5B, Gemma 3 1B; ZOO="llama-3.2-3b phi-3.5-mini gemma-2-2b minicpm-1b"
 # for the others (each 1.5-5 min on two cores, F16 file of 2-8 GB on disk while it is quantized).
 .PHONY: zoo
 zoo: $(STAMP)
 	$(PY) -m bench.zoo $(ZOO)
-
-# Each zoo file served as a user would (time to ready, RSS, canary figures; bench/zoo_serve.py), then
-# beside llama-server on the same file: bench.floor, the sweep at 1 and 4 clients, bench.consistency.
-# ZOO as for `make zoo` (default: every recipe); ZOO_MODE=fast for a file refused in deterministic mode.
-.PHONY: bench-zoo
-bench-zoo: $(VENV)/.installed-bench
-	$(PY) -m bench.zoo_serve --speed $(if $(ZOO_MODE),--mode $(ZOO_MODE)) $(ZOO)

@@ -1,7 +1,7 @@
 """Do answers move under load? The same first-seen requests at one client and at eight, each time
 to a freshly started server, ours and llama-server.
 
-    make bench-consistency                # or: python -m bench.consistency [--requests 200] [--clients 8]
+    make bench NAME=consistency           # or: python -m bench consistency [--requests 200] [--clients 8]
 
 Per target: start it, send the N requests of a fresh workload one at a time, stop it; start it
 again, send the same N from `--clients` concurrent clients (each on its own kept connection,

@@ -1,6 +1,6 @@
 """Does the served margin equal llama.cpp's most exact reading of the same tokens, and where not, why.
 
-    make bench-exact [BENCH_ARGS="--every 4 --paths exact,served-det ..."]
+    make bench NAME=exact [BENCH_ARGS="--every 4 --paths exact,served-det ..."]
 
 Items: the yes/no items of eval/plain.jsonl's test split, a fixed subset (every --every-th yes item
 and every --every-th no item, in file order; 8: 104 items, 4: 208). Each item is tokenized once, as the

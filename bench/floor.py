@@ -1,7 +1,7 @@
 """The limit as a figure: the engine alone on first-seen requests, back to back, beside the fleet
 and llama-server on the same requests.
 
-    make bench-floor                      # or: python -m bench.floor [--requests W1-fresh=60,...]
+    make bench NAME=floor                 # or: python -m bench floor [--requests W1-fresh=60,...]
 
 The floor is what this machine can do with our engine and nothing around it: the requests are
 validated, rendered and tokenized before the clock starts (jevfleet/local.py's prepare), then

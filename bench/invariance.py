@@ -1,6 +1,6 @@
 """Which micro-batch shapes give a token row the same logits wherever it sits in a micro-batch.
 
-    make bench-invariance [BENCH_ARGS="--model PATH.gguf"]   # every configuration of CONFIGS, one child each
+    make bench NAME=invariance [BENCH_ARGS="--model PATH.gguf"]   # every configuration of CONFIGS, one child each
     python -m bench.invariance --one [--repack 0|1] [--tiled 0|1] [--shapes 8,12,48] [--trials N] [--shift]
                                      [--outputs 8,12]
 
@@ -40,6 +40,15 @@ CONFIGS = [(1, 1, RULE), (1, 1, "60,8,12"), (1, 1, "16,32,48"), (0, 0, "32"),
            (1, 1, RULE, "--outputs", "8,12,20"), (1, 1, RULE, "--outputs", "1,2,4,5")]
 
 
+def model_file() -> Path:
+    """The configured profile's GGUF. Imported here, not at the top: llama.cpp must be loaded after
+    GGML_CPU_TILED_MM is set."""
+    from jevfleet.harness.engine import model_of
+    from shared.config import load_settings
+
+    return model_of(load_settings())[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.invariance", description=__doc__.splitlines()[0])
     parser.add_argument("--one", action="store_true", help="run one configuration in this process")
@@ -57,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:  # through the environment, so the configuration's children measure the same file
         os.environ[env_var("model")] = str(Path(args.model).resolve())
     if not args.one:
-        from bench.engine import model
-
-        print(f"# python -m bench.invariance, {model()[1].name} (load {os.getloadavg()[0]:.1f})", flush=True)
+        print(f"# python -m bench.invariance, {model_file().name} (load {os.getloadavg()[0]:.1f})", flush=True)
         for repack, tiled, shapes, *more in CONFIGS:
             subprocess.run([sys.executable, "-m", "bench.invariance", "--one", "--repack", str(repack), "--tiled",
                             str(tiled), "--shapes", shapes, "--trials", str(args.trials), "--threads",
@@ -68,8 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GGML_CPU_TILED_MM"] = str(args.tiled)
     import llama_cpp as lib
 
-    from bench.engine import model  # after GGML_CPU_TILED_MM is set
-
     shapes = [int(s) for s in args.shapes.split(",")]
     outputs = [int(s) for s in args.outputs.split(",")]
     lib.llama_backend_init()
@@ -77,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     lib.llama_log_set(quiet, None)
     mparams = lib.llama_model_default_params()
     mparams.use_extra_bufts = bool(args.repack)
-    mdl = lib.llama_model_load_from_file(str(model()[1]).encode(), mparams)
+    mdl = lib.llama_model_load_from_file(str(model_file()).encode(), mparams)
     cparams = lib.llama_context_default_params()
     cparams.n_ctx = 4096
     cparams.n_batch = cparams.n_ubatch = max(shapes)

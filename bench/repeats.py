@@ -1,6 +1,6 @@
 """The same requests sent again: what a server's prompt cache makes of repeats, ours and llama-server's.
 
-    make bench-repeats                    # or: python -m bench.repeats [--workload W4] [--requests 6] [--passes 3]
+    make bench NAME=repeats               # or: python -m bench repeats [--workload W4] [--requests 6] [--passes 3]
 
 Each Locust run of `make loadtest` starts the workload at its first request, so a cell's rounds,
 and the cells after it, send the same requests again: what the sweep measures depends on how

@@ -2,8 +2,9 @@
 
 1. warm-up at normal load (NORMAL closed-loop clients) -> pre-soak p50, RSS and open fds;
 2. a burst of BURST requests at once -> time to a 429, client-side and the gateway's own
-   (Server-Timing total), p50/p99; beside it the same burst at bench/refuse_all.py, a bare aiohttp
-   server that refuses everything at once: the client-side floor of one event loop on this machine
+   (Server-Timing total), p50/p99; beside it the same burst at a bare aiohttp server that refuses
+   everything at once (this module's --refuse-all, listening as the gateway does: same backlog and
+   server options, 429 + Retry-After after reading the body): the client-side floor of one event loop on this machine
    (--overload-s 0 stops after the bursts);
 3. CLIENTS closed-loop clients for --overload-s -> every answer 200 or 429/503 with Retry-After,
    RSS/fds sampled;
@@ -24,12 +25,16 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
+from gateway.app import LISTEN_BACKLOG
+from gateway.reading import server_options
 from jevfleet.harness.fleet import start_fleet
 from jevfleet.harness.load import decision, program_pid, rss_kb, states
 from jevfleet.harness.net import free_port, server_timing
 from jevfleet.harness.stats import percentile
 from loadtest import servers
+from shared.config import load_settings
 
 PATH = "/v1/systemone"
 
@@ -108,6 +113,26 @@ def report_burst(name: str, b: Tally, n: int) -> None:
           f"p99 {b.p(429, .99, True):.2f} ms; load average {load_average()}", flush=True)
 
 
+async def _refuse(request: web.Request) -> web.Response:
+    await request.read()
+    return web.json_response({"detail": "every worker's queue is full"}, status=429, headers={"Retry-After": "1"})
+
+
+async def _health(_: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def refuse_all(port: int) -> None:
+    """The floor under a 429: what a client waits for this server's 429 is the cost of one aiohttp
+    event loop taking the burst's connections in turn on this machine, which no decision inside
+    the gateway can shorten; the gateway's own share is the difference."""
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", _refuse)
+    app.router.add_get("/health", _health)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None,
+                backlog=LISTEN_BACKLOG, **server_options(load_settings()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--overload-s", type=float, default=300)
@@ -117,7 +142,12 @@ def main() -> None:
     ap.add_argument("--normal-clients", type=int, default=2)
     ap.add_argument("--burst", type=int, default=400)
     ap.add_argument("--bursts", type=int, default=1, help="burst pairs (the bare server, then the fleet)")
+    ap.add_argument("--refuse-all", type=int, default=0, metavar="PORT", help="be the bare server that refuses "
+                    "everything, on PORT (the burst's floor, started by the soak itself)")
     args = ap.parse_args()
+    if args.refuse_all:
+        refuse_all(args.refuse_all)
+        return
     payloads = [json.dumps(decision(s)).encode() for s in states(64, tag="soak ")]
     print(f"load average at start: {load_average()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="jevfleet-soak-") as run_dir:
@@ -135,8 +165,8 @@ def main() -> None:
             print(f"warm-up ({args.warmup_s:.0f} s, {args.normal_clients} clients): {dict(before.status)}, "
                   f"p50 {before.p(200, .5):.0f} ms (gateway p50s: {before.phases()}); RSS MB / fds {warm}", flush=True)
 
-            # bench/refuse_all.py: a bare aiohttp server that answers 429 at once, the client-side floor
-            floor_cmd = [sys.executable, "-m", "bench.refuse_all", "--port", str(port := free_port())]
+            # a bare aiohttp server that answers 429 at once (--refuse-all), the client-side floor
+            floor_cmd = [sys.executable, "-m", "bench.soak", "--refuse-all", str(port := free_port())]
             with servers.running("refuse_all", floor_cmd, port, servers.answers_200("/health"), Path(run_dir)) as floor:
                 for _ in range(args.bursts):  # the floor's burst, then the fleet's, side by side
                     report_burst("a bare aiohttp 429 server", asyncio.run(burst(floor, payloads, args.burst)),

@@ -1,7 +1,7 @@
 """Each zoo file served as a user would (issue 38): `jevfleet serve --model FILE` at its defaults,
 and what a user sees of it.
 
-    python -m bench.zoo_serve [NAME ...] [--mode fast] [--first]    # make bench-zoo adds --speed
+    python -m bench.zoo_serve [NAME ...] [--mode fast] [--first]    # make bench NAME=zoo BENCH_ARGS=--speed
 
 Per file (bench/zoo.py builds it first if it is not in the cache): the outcome (ready, or the
 one-line refusal and the exit status), seconds from the command to /health's "ready" (a file's

@@ -19,7 +19,7 @@ from quality.metrics import Outcome
 from shared.derive import render_chat
 from shared.gguf_file import read_gguf
 from shared.profiles import Profile, answer_ids
-from worker.head import logsumexp
+from worker.head import yes_no_margin
 
 USER_TURN = "{state}\n\nQuestion: {question}\nAnswer Yes or No."
 
@@ -43,7 +43,7 @@ class PlainRunner:
         # the last token's logits as llama.cpp left them (Llama.scores is filled only with logits_all)
         row = np.ctypeslib.as_array(llama_get_logits_ith(self.llm.ctx, -1), shape=(self.llm.n_vocab(),))
         row = row.astype(np.float64)
-        return logsumexp([row[t] for t in self.yes]) - logsumexp([row[t] for t in self.no])  # as worker/exact.py
+        return yes_no_margin(row.__getitem__, self.yes, self.no)
 
     def ask(self, items: list[Item], progress: Callable[[int], None] = lambda n: None) -> list[Outcome | Skipped]:
         results: list[Outcome | Skipped] = []

@@ -24,7 +24,7 @@ import numpy as np
 from quality.items import Item
 from quality.local import LocalRunner
 from quality.metrics import auc
-from worker.head import logsumexp
+from worker.head import yes_no_margin
 
 YES_FORMS = (" Yes", " yes", "Yes", "yes")
 NO_FORMS = (" No", " no", "No", "no")
@@ -86,8 +86,8 @@ def collect(runner: LocalRunner, items: list[Item], ask) -> list[Reading]:
 
 def margin(logits: dict[str, float], yes: tuple[str, ...], no: tuple[str, ...]) -> float:
     """logsumexp(yes) − logsumexp(no) over the forms this vocabulary has as one token."""
-    ys, ns = [logits[f] for f in yes if f in logits], [logits[f] for f in no if f in logits]
-    return logsumexp(ys) - logsumexp(ns) if ys and ns else math.nan
+    ys, ns = [f for f in yes if f in logits], [f for f in no if f in logits]
+    return yes_no_margin(logits.__getitem__, ys, ns) if ys and ns else math.nan
 
 
 def scores(readings: list[Reading]) -> dict[str, np.ndarray]:

@@ -139,7 +139,7 @@ def test_a_one_token_suffix_answers_alike_fresh_and_from_its_snapshot(engine):
     prefix's through the tiled reader, the question's row by row: worker/tiled_reader.py), so they
     agree within the spread of a changed cut, not bit for bit; the same request agrees bit for bit,
     its prefix read or kept. The spread: llama.cpp's own exact reading moves by a median 0.085 nats
-    when only its micro-batch cut changes (`make bench-exact`), and this pair moved 0.100 on the
+    when only its micro-batch cut changes (`make bench NAME=exact`), and this pair moved 0.100 on the
     portable build (AVX2 kernels) against under 0.05 on AVX-512 ones. A wrong cell or position
     moves a margin by whole nats; the bound, 0.25, is three times that median."""
     full = make_job(engine, "The door is open.", ["Is the door open?"])

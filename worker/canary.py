@@ -41,7 +41,7 @@ from shared.llama import llama
 from shared.profiles import Profile
 from worker.engine import UBATCH, Engine
 from worker.exact import ExactReader, reader_length
-from worker.head import logsumexp
+from worker.head import yes_no_margin
 from worker.job import Job
 from worker.pieces import MIN_ROWS, ROW_STEP
 from worker.warmup import make_job
@@ -66,7 +66,7 @@ EXACT_PROMPTS = [PROBE, (MATES[0][0], MATES[0][1][0]), (MATES[1][0], MATES[1][1]
 # The median of the served yes−no margins' distances from llama.cpp's exact reading of their tokens may
 # be this share of the exact margins' root mean square (their scale). Not a few hundredths: the exact
 # reading itself moves by 12 % (7-row pieces) and 22 % (13-row pieces) of the scale on these prompts
-# when only its micro-batch cut changes (`make bench-exact`, docs/architecture.md); the served path
+# when only its micro-batch cut changes (`make bench NAME=exact`, docs/architecture.md); the served path
 # is at 14 %. This catches a model file, a readout or a build that reads prompts otherwise.
 EXACT_TOLERANCE = 0.4
 
@@ -261,8 +261,8 @@ def _exact_figures(engine: Engine, jobs: list[Job], prompts: list[list[int]]) ->
     finally:
         engine.readout.capture = saved_capture
     column = dict(zip(ids, range(len(ids))))
-    served = np.array([logsumexp([job.features[0][column[t]] for t in job.yes_ids])
-                       - logsumexp([job.features[0][column[t]] for t in job.no_ids]) for job in jobs])
+    served = np.array([yes_no_margin(lambda t, job=job: job.features[0][column[t]], job.yes_ids, job.no_ids)
+                       for job in jobs])
     reader = ExactReader(engine.model, threads=llama().llama_n_threads(engine.ctx_ptr), yes=jobs[0].yes_ids,
                          no=jobs[0].no_ids, longest=reader_length(max(map(len, prompts))))
     try:

@@ -5,7 +5,7 @@ cached as F32, flash attention off, the margin taken from llama.cpp's own logits
 token (its output matmul finished, no hidden-state readout). Nothing of the serving path (pinned
 preamble, snapshots, pieces of at most 60 rows, padding rows, the readout from h) is in it, so a
 served margin that drifts from this one has a cause on that path or in the build.
-The start-up canary (worker/canary.py) and `make bench-exact` (bench/exact.py, which also
+The start-up canary (worker/canary.py) and `make bench NAME=exact` (bench/exact.py, which also
 varies one thing of the reading at a time) read through it. Only the thread that owns the engine
 may use one, and it is closed right after: it holds a second, small KV cache.
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 from shared.llama import llama
 from worker.engine import KV_TYPES
-from worker.head import logsumexp
+from worker.head import yes_no_margin
 from worker.pieces import piece_sizes
 
 MAX_TOKENS = 512  # longest prompt a reader takes by default (the bench's are ~300 tokens; the canary
@@ -87,7 +87,7 @@ class ExactReader:
                 row = lib.llama_get_logits_ith(self.ctx, last - at)
                 logits = np.ctypeslib.as_array(row, shape=(self.n_vocab,)).astype(np.float64)
             at += size
-        return logsumexp([logits[t] for t in self.yes]) - logsumexp([logits[t] for t in self.no])
+        return yes_no_margin(logits.__getitem__, self.yes, self.no)
 
     def close(self) -> None:
         if self.ctx:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,12 @@ if TYPE_CHECKING:
 def logsumexp(values: list[float]) -> float:
     top = max(values)
     return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def yes_no_margin(logit: Callable[[Hashable], float], yes: Iterable[Hashable], no: Iterable[Hashable]) -> float:
+    """The margin every reading of an answer takes, served or not: logsumexp of the yes tokens'
+    logits − logsumexp of the no tokens' (`logit` gives a token's logit, by id or by form)."""
+    return logsumexp([logit(t) for t in yes]) - logsumexp([logit(t) for t in no])
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,7 @@ class Readout:
                 job.reference[suffix] = (full[self._capture[0]].astype(np.float64), lse)
         if self.head is not None:
             return self.head.logit_of(self.matrix.finish(self._head_rows @ h))
-        return logsumexp([self.logit(t, h) for t in job.yes_ids]) - logsumexp([self.logit(t, h) for t in job.no_ids])
+        return yes_no_margin(lambda t: self.logit(t, h), job.yes_ids, job.no_ids)
 
     def logit(self, token: int, h: np.ndarray) -> float:
         return float(self.matrix.finish(math.fsum(self.matrix.row(token) * h)))

@@ -6,7 +6,7 @@ prefix over token ids; a hit copies the matched cells into the request's working
 a unified KV cache only cell metadata changes) and only the tokens after the match are read. The
 profile's preamble is pinned, so every prompt hits at least that. Limits: `max_entries` prefixes
 and `max_tokens` tokens; 0 entries turns the cache off. Kept cells slow every later read (1.26x
-at 6,000 cells, `make bench-decode`), so a prefix is kept on its second miss among the last
+at 6,000 cells, bench/decode_cost.py), so a prefix is kept on its second miss among the last
 `max_entries` misses, one unused for STALE_USES x `max_entries` lookups is evicted, and evicted
 or unkept prefixes go to host memory (worker/spill.py), from where a whole match is restored.
 

@@ -1,10 +1,10 @@
 """Deterministic mode's prefix reads, through flash attention's tiled kernel, in a context of their own.
 
 From 64 query rows ggml's CPU flash attention takes a tiled kernel, 1.2-2x faster on a fresh read
-than its per-row kernel (`make bench-fresh-read`), whose sums follow 64-cell tile edges counted
+than its per-row kernel (bench/fresh_read.py; docs/benchmarks-history.md), whose sums follow 64-cell tile edges counted
 from the first cell of the cache; in the engine's context, whose cells every sequence shares,
 those edges fall anywhere in a prefix. Here one sequence has the cache to itself: emptied before
-each read, cell p holds position p, so the edges fall at fixed positions (`make bench-tiled-read`
+each read, cell p holds position p, so the edges fall at fixed positions (bench/tiled_read.py
 checks it bit for bit, with controls that differ). The prefix's new cells then go to the engine's
 context as a sequence blob, where only question rows are read (per-row kernel, under 64 rows),
 and that kernel depends only on the cells' order, which a blob keeps.

@@ -1,6 +1,6 @@
 """How far a profile's answers are from the relations probabilities must satisfy (docs/quality.md).
 
-    python -m bench.coherence [--profile smollm2-135m] [--head on|off|profile]
+    python -m quality.coherence [--profile smollm2-135m] [--head on|off|profile]
 
 On the test half of the choice/score items (eval/choice_score.jsonl + eval/generated.jsonl),
 in-process, from the raw P(yes) of each job (calibration applied, before any normalising):

@@ -1,6 +1,6 @@
 """Compare prompt formats for a model profile on the FIT half of eval/yesno.jsonl (once each).
 
-    python -m bench.prompt_variants [--profile gemma-3-270m] [--only base,evidence] [--limit N]
+    python -m quality.prompt_variants [--profile gemma-3-270m] [--only base,evidence] [--limit N]
 
 Every variant is the profile with a different preamble / prefix / suffix / answer tokens, on
 a freshly loaded model (its preamble is pinned at load). Columns: accuracy, Brier and ECE of the raw P(yes) (scale 1, bias 0, as a
