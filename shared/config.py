@@ -238,7 +238,7 @@ def replace(settings: Settings, **changes: Any) -> Settings:
 def default_settings(**changes: Any) -> Settings:
     """The model's defaults with `changes`, whatever the file and JEV_* variables say: for tests
     and benchmarks that must not depend on the environment they run in. One exception:
-    JEV_DEFAULT_PROFILE, the model a test or benchmark runs when it names none (tests/conftest.py
+    JEV_DEFAULT_PROFILE, the model a test or benchmark runs when it names none (tests/tiers.py
     sets the small one, so the suite does not run the 1.5B default wherever the model does not matter)."""
     default_profile = os.environ.get(env_var("default_profile"))
     pinned = {"default_profile": default_profile} if default_profile else {}
