@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared import llama_build
 from shared.config import PROJECT_ROOT, load_settings
 
 OUT = PROJECT_ROOT / "docs" / "benchmarks"
@@ -49,7 +50,7 @@ def machine() -> str:
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
     avx512 = "AVX-512" if re.search(r"\bavx512f\b", cpuinfo) else "no AVX-512"
-    build = os.environ.get("LLAMA_BUILD", "x86-64-v3")
+    build = llama_build.installed_level()
     settings = load_settings()
     served = settings.profile or settings.model or settings.default_profile
     return (f"{model[1].strip() if model else platform.processor()}, {os.cpu_count()} cores, {avx512}; "
