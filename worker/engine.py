@@ -9,10 +9,11 @@ hidden state (worker/hidden.py): the answer's few logits columns, the yes/no tok
 head's (worker/head.py), are computed from it, the 262k-column output row never is.
 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, prompt cuts and
-snapshots (docs/architecture.md): flash attention on; prefix rows from position 512 on read
-through its tiled kernel in a context of their own (worker/tiled_reader.py), the rows below and
-the question rows here in micro-batches of 8 to 60 rows in steps of 4 padded with throwaway rows
-(worker/pieces.py), each sequence's KV cells in position order (worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
+snapshots (docs/architecture.md): flash attention on; a prefix longer than 512 tokens read in a
+context of its own (worker/tiled_reader.py: from position 512 on through flash attention's tiled
+kernel), shorter ones and the question rows here in micro-batches of 8 to 60 rows in steps of 4
+padded with throwaway rows (worker/pieces.py), each sequence's KV cells in position order
+(worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
 read its parts; other threads (heartbeats) read only `status` (worker/status.py), which it replaces
 after each batch.
 """
@@ -98,7 +99,7 @@ class Engine:
         self.batch = lib.llama_batch_init(self.n_batch, 0, N_WORK)  # a prefix token: up to N_WORK sequences
         self.decode_calls = 0  # llama_decode calls that read requests, the tiled reader's too
         self.reader = TiledReader(self.model, ctx=ctx, threads=threads, kv_type=cparams.type_k) if deterministic else None
-        self.tiled_from = self.reader.tiled_from if self.reader else ctx  # prefix rows from here: the reader's
+        self.tiled_from = self.reader.tiled_from if self.reader else ctx  # longer prefixes: the reader's
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model),
                                    second_miss=state_cache_second_miss, spill_bytes=state_cache_ram_mb << 20)
@@ -217,8 +218,8 @@ class Engine:
         """Answer every job (fills job.margins and job.reused); returns the tokens read. A warm
         run (warmup) leaves no snapshot behind. Prefixes and the first wave of suffixes are read
         in one stream, each prefix token also in the sequences of that wave's suffixes of it (W1:
-        44 rows in one call), unless a batch mate copies another's prefix (plan.copies) or a
-        prefix reaches the tiled reader's positions (tails): then the prefixes are read first."""
+        44 rows in one call), unless a batch mate copies another's prefix (plan.copies); a prefix
+        that reaches the tiled reader's positions (tails) is read there first."""
         if len(jobs) > self.max_batch_requests:
             raise ValueError("more requests in one batch than sequences")
         work = list(range(len(jobs)))
@@ -228,20 +229,18 @@ class Engine:
                              WAVE_TOKENS)
         try:
             plan = self.cache.begin([job.prefix for job in jobs], work, warm=warm)
-            tails = [(seq, start) for seq, start, tokens in plan.reads if start + len(tokens) > self.tiled_from]
-            first = waves.pop(0) if waves and not plan.copies and not tails else []
+            tails = {seq: len(tokens) for seq, start, tokens in plan.reads if start + len(tokens) > self.tiled_from}
+            for seq, start, _ in plan.reads:  # tails whole by the tiled reader first: their suffixes join the first wave
+                if seq in tails:
+                    plan.windows[seq] = self.reader.read_into(self, seq, start, plan.prefixes[plan.work.index(seq)])
+            first = waves.pop(0) if waves and not plan.copies else []
             sharing: dict[int, tuple[int, ...]] = {}
             for seq, j, _ in first:
                 self.copy(j, seq, len(jobs[j].prefix))  # the cells it has before its read: preamble, snapshot
                 sharing[j] = sharing.get(j, ()) + (seq,)
-            reads = [row for seq, start, tokens in plan.reads for row in
-                     token_rows((seq, *sharing.get(seq, ())), start, tokens[: max(0, self.tiled_from - start)])]
-            read = self._read(reads, None) if tails else 0
-            for seq, start in tails:
-                held, prefix = max(start, self.tiled_from), plan.prefixes[plan.work.index(seq)]
-                plan.windows[seq] = self.reader.read_into(self, seq, held, prefix)
-                read += len(prefix) - held
-            read += self._read_wave(jobs, first, [] if tails else reads)
+            reads = [row for seq, start, tokens in plan.reads if seq not in tails
+                     for row in token_rows((seq, *sharing.get(seq, ())), start, tokens)]
+            read = sum(tails.values()) + self._read_wave(jobs, first, reads)
             for src, dst, n in plan.copies:
                 self.copy(src, dst, n)
             for job, reused in zip(jobs, plan.reused):
@@ -289,9 +288,10 @@ class Engine:
         loading, so the preamble's cells are the lowest and never need to move."""
         if not self.cache.enabled or len(tokens) < self.cache.min_tokens:
             return
-        self._read(token_rows((0,), 0, tokens[: self.tiled_from]), None)
         if len(tokens) > self.tiled_from:
-            self.reader.read_into(self, 0, self.tiled_from, tokens)
+            self.reader.read_into(self, 0, 0, tokens)
+        else:
+            self._read(token_rows((0,), 0, tokens), None)
         self.cache.pin(tokens, 0)
         self.remove(0)
         seq = self.cache.entries[0].seq

@@ -9,22 +9,23 @@ checks it bit for bit, with controls that differ). The prefix's new cells then g
 context as a sequence blob, where only question rows are read (per-row kernel, under 64 rows),
 and that kernel depends only on the cells' order, which a blob keeps.
 
-Which kernel reads a prefix row depends on its position alone. Below `tiled_from` (TILED_FROM, 512,
-or less within a shorter sliding window) the engine reads it in its own context with the
-question rows, through the per-row kernel in pieces of the rule's shapes (worker/pieces.py): a
-short state then costs its own rows in the same llama_decode as its questions, where a tiled read
-would round it up to 64 rows and move it by blob. From there on the rows are read here.
+Which kernel reads a prefix row depends on its position alone: below `tiled_from` (TILED_FROM,
+512, or less within a shorter sliding window) the per-row kernel, in pieces of the rule's shapes
+(worker/pieces.py); from there on the tiled one. A prefix that ends below tiled_from is read by
+the engine in its own context, in the same llama_decode calls as its questions (where a tiled
+read would round a short state up to 64 rows and move it by blob); a longer one is read here
+whole, its rows below tiled_from too (the per-row kernel's sums depend only on the order of a
+sequence's cells, so they are the engine's; and here they walk only this sequence's cells, where
+the engine's kept snapshots would make every row step over thousands of masked cells).
 
 Invariant: every prefix row (preamble and state) at a position from tiled_from on is read here,
 in pieces of exactly TILE rows, a short last piece filled with throwaway rows after the prefix,
 with cell p holding position p for every position before it; every row below tiled_from is read
-by the per-row kernel, whose sums depend only on the order of a sequence's cells. So a row's K and
-V depend only on the tokens up to it, never on a snapshot match, a batch mate or where the
-engine's cells lie. What the engine already holds of a prefix (at least tiled_from tokens: the
-rows below it, a snapshot's match) comes in as a blob; except where a sliding window would leave
-cells out of it (a match longer than the window): that prefix is read again from position 0, its
-rows below tiled_from through the per-row kernel here too, as the gap would shift the cells after
-it against the tile edges.
+by the per-row kernel, here or in the engine. So a row's K and V depend only on the tokens up to
+it, never on a snapshot match, a batch mate or where the engine's cells lie. What the engine
+already holds of a prefix (the preamble, a snapshot's match) comes in as a blob; except where a
+sliding window would leave cells out of it (a match longer than the window): that prefix is read
+again from position 0, as the gap would shift the cells after it against the tile edges.
 """
 from __future__ import annotations
 
@@ -92,16 +93,19 @@ class TiledReader:
             self.ctx = None
 
     def read(self, cells: Cells, tokens: list[int], start: int = 0) -> None:
-        """Read `tokens` from position `start` (the cache holds positions 0 to start - 1 in cells 0
-        to start - 1): below tiled_from (only when read again from 0) in the per-row kernel's
-        pieces, from there TILE rows a call; the padding rows are removed afterwards."""
+        """Read `tokens` (more than tiled_from) from position `start` (the cache holds positions 0
+        to start - 1 in cells 0 to start - 1): the rows below tiled_from in the per-row kernel's
+        pieces, the rest TILE rows a call, each last piece filled with throwaway rows at the
+        positions after it, removed afterwards."""
+        if len(tokens) <= self.tiled_from:
+            raise ValueError("the engine reads prefixes that end below tiled_from itself")
         at = start
         if at < self.tiled_from:
-            if at or len(tokens) < self.tiled_from:
-                raise ValueError("the reader reads below tiled_from only when it reads a long prefix again")
-            for size in piece_sizes(self.tiled_from, UBATCH):  # exact: tiled_from is a multiple of TILE
-                self._decode(cells, tokens[at : at + size], at)
-                at += size
+            for size in piece_sizes(self.tiled_from - at, UBATCH):
+                part = tokens[at : min(at + size, self.tiled_from)]
+                self._decode(cells, part + [part[-1]] * (size - len(part)), at)
+                at += len(part)
+            llama().llama_memory_seq_rm(self.mem, 0, self.tiled_from, -1)
         for at in range(at, len(tokens), TILE):
             part = tokens[at : at + TILE]
             self._decode(cells, part + [part[-1]] * (TILE - len(part)), at)
@@ -120,8 +124,8 @@ class TiledReader:
         cells.decode_calls += 1
 
     def read_into(self, cells: Cells, seq: int, start: int, prefix: list[int]) -> int:
-        """Read `prefix` and give `seq` of the engine's context, which holds its first `start`
-        tokens (at least tiled_from: the engine reads the rows below), the cells of the rest:
+        """Read `prefix` (longer than tiled_from) and give `seq` of the engine's context, which
+        holds its first `start` tokens, the cells of the rest:
         restored into the scratch sequence (first-fit, in position order) and shared from there. Returns where its sliding-window cells start if a window
         left out some of the new ones, else 0 (worker/snapshot_moves.py: the cache must not match
         across that gap)."""
