@@ -15,7 +15,6 @@ from shared.messages import prefix_key
 from worker.engine import Engine
 from worker.job import Job
 from worker.pieces import shared_rows
-from worker.tiled_reader import TILE
 
 CUT_SPREAD = 0.25  # nats a margin may move when only the prefix/question cut moves (see its test)
 
@@ -36,9 +35,9 @@ def engine(request) -> Engine:
     engine.close()
 
 
-def tiles(tokens: int) -> int:
-    """The tiled reader's llama_decode calls for `tokens` new prefix tokens."""
-    return -(-tokens // TILE)
+def long_state(lines: int = 30) -> str:
+    """A state whose prefix reaches past the tiled reader's first position (512)."""
+    return " ".join(f"Line {i}: the pump in bay {i % 5} ran for {3 + i % 4} hours." for i in range(lines))
 
 
 def make_job(engine: Engine, state: str, questions: list[str]) -> Job:
@@ -56,9 +55,8 @@ def test_every_suffix_gets_a_finite_margin(engine):
 
 def test_answer_is_bit_identical_alone_and_batched_with_others(engine):
     """The batched request reads its state among its batch mates (the cache is cleared between,
-    or its state would come back from host memory unread): each prefix through the tiled reader
-    (worker/tiled_reader.py), the questions of all three in one stream of llama_decode calls,
-    other micro-batches than alone."""
+    or its state would come back from host memory unread): the three short prefixes and their
+    questions in one stream of llama_decode calls, other micro-batches than alone."""
     alone = make_job(engine, "My card was charged twice.", ["Is this about billing?"])
     read_alone = engine.run([alone])
     engine.cache.clear()
@@ -72,9 +70,9 @@ def test_answer_is_bit_identical_alone_and_batched_with_others(engine):
     assert again.margins == alone.margins
     assert [job.reused for job in batch] == [preamble] * 3  # every state read, none from a snapshot
     assert read == sum(len(job.prefix) - preamble + job.suffix_reads for job in batch)
-    suffixes = engine.decode_shapes(sum(job.suffix_reads for job in batch))
-    assert engine.decode_calls - before == sum(tiles(len(job.prefix) - preamble) for job in batch) + len(suffixes)
-    assert suffixes != engine.decode_shapes(alone.suffix_reads)
+    assert max(len(job.prefix) for job in batch) < engine.tiled_from
+    assert engine.decode_calls - before == len(engine.decode_shapes(read))
+    assert engine.decode_shapes(read) != engine.decode_shapes(read_alone)
     assert read_alone == len(alone.prefix) - alone.reused + alone.suffix_reads
 
 
@@ -94,9 +92,9 @@ def test_the_status_other_threads_read_is_replaced_whole_after_each_batch(engine
 
 
 def test_a_prefix_read_alone_or_copied_to_a_batch_mate_answers_alike(engine):
-    """Alone, a request's prefix goes through the tiled reader, then its suffixes; with a batch
-    mate that copies the same prefix, the copy is made after the read. Both must answer alike;
-    the reader reads the prefix's new tokens in 64-row pieces, the suffixes take the rule's shapes."""
+    """Alone, a request's short prefix is read in one stream with its suffixes; with a batch mate
+    that copies the same prefix, the copy is made after the prefix's read, the suffixes after it.
+    Both must answer alike."""
     state, qs = "The refund was sent twice by mistake.", ["Was money sent twice?", "Is it a mistake?"]
     one_stream = make_job(engine, state, qs)
     before = engine.decode_calls
@@ -107,7 +105,32 @@ def test_a_prefix_read_alone_or_copied_to_a_batch_mate_answers_alike(engine):
     assert one_stream.margins == twice[0].margins and one_stream.margins[:1] == twice[1].margins
     prefix_read = len(one_stream.prefix) - one_stream.reused
     suffix_read = sum(map(len, one_stream.suffixes))
-    assert decodes == tiles(prefix_read) + len(engine.decode_shapes(suffix_read))
+    assert decodes == len(engine.decode_shapes(prefix_read + suffix_read))
+
+
+@pytest.mark.parametrize("match", ["none", "below", "above"])
+def test_a_long_state_answers_alike_fresh_and_from_a_snapshot_matched_below_or_above_the_tiled_reader(engine, match):
+    """A prefix past the tiled reader's first position: its rows below it are read here, the
+    rest in the reader (worker/tiled_reader.py). A snapshot of a state that shares its first
+    ~400 or ~700 tokens leaves the engine less or more than the rows below to read; the answer
+    does not move, and the reader's llama_decode calls are TILE rows from where the engine stops."""
+    state = long_state()
+    fresh = make_job(engine, state, ["Did the pump in bay 3 run?"])
+    engine.run([fresh])
+    assert len(fresh.prefix) > engine.tiled_from + 64
+    engine.cache.clear()
+    if match != "none":
+        shared = {"below": engine.tiled_from - 100, "above": engine.tiled_from + 150}[match]
+        lines = next(n for n in range(1, 30) if len(make_job(engine, long_state(n), ["?"]).prefix) > shared)
+        kept = make_job(engine, long_state(lines) + " Then the power failed.", ["Did the power fail?"])
+        for _ in range(2):  # kept on its second miss
+            engine.run([kept])
+    again = make_job(engine, state, ["Did the pump in bay 3 run?"])
+    engine.run([again])
+    assert again.margins == fresh.margins
+    preamble = len(engine.cache.entries[0].tokens)
+    assert {"none": again.reused == preamble, "below": preamble < again.reused < engine.tiled_from,
+            "above": again.reused > engine.tiled_from}[match], again.reused
 
 
 def test_suffixes_that_share_leading_tokens_read_them_once_and_answer_as_each_alone(engine):
@@ -134,21 +157,34 @@ def test_same_request_twice_gives_the_same_answer(engine):
     assert a.margins == b.margins
 
 
-def test_a_one_token_suffix_answers_alike_fresh_and_from_its_snapshot(engine):
-    """The same tokens cut between prefix and question elsewhere are read by other kernels (the
-    prefix's through the tiled reader, the question's row by row: worker/tiled_reader.py), so they
-    agree within the spread of a changed cut, not bit for bit; the same request agrees bit for bit,
-    its prefix read or kept. The spread: llama.cpp's own exact reading moves by a median 0.085 nats
-    when only its micro-batch cut changes (`make bench NAME=exact`), and this pair moved 0.100 on the
-    portable build (AVX2 kernels) against under 0.05 on AVX-512 ones. A wrong cell or position
-    moves a margin by whole nats; the bound, 0.25, is three times that median."""
+def test_a_cut_below_the_tiled_reader_moves_no_bit(engine):
+    """Below the tiled reader's first position the prefix's rows and the question's take the same
+    kernel, so the same tokens cut elsewhere between prefix and question answer bit for bit."""
     full = make_job(engine, "The door is open.", ["Is the door open?"])
+    tokens = full.prefix + full.suffixes[0]
+    short = Job(prefix=tokens[:-1], suffixes=[tokens[-1:]], yes_ids=full.yes_ids, no_ids=full.no_ids)
+    engine.run([full])
+    engine.run([short])
+    assert len(tokens) < engine.tiled_from and short.margins == full.margins
+
+
+def test_a_one_token_suffix_past_the_tiled_reader_answers_alike_fresh_and_from_its_snapshot(engine):
+    """Past the tiled reader's first position the same tokens cut elsewhere between prefix and
+    question are read by other kernels (the prefix's through the tiled reader, the question's row
+    by row: worker/tiled_reader.py), so they agree within the spread of a changed cut, not bit
+    for bit; the same request agrees bit for bit, its prefix read or kept. The spread: llama.cpp's
+    own exact reading moves by a median 0.085 nats when only its micro-batch cut changes (`make
+    bench NAME=exact`), and such a pair moved 0.100 on the portable build (AVX2 kernels) against
+    under 0.05 on AVX-512 ones. A wrong cell or position moves a margin by whole nats; the bound,
+    0.25, is three times that median."""
+    full = make_job(engine, long_state(), ["Is the door open?"])
     tokens = full.prefix + full.suffixes[0]
     short, again = (Job(prefix=tokens[:-1], suffixes=[tokens[-1:]], yes_ids=full.yes_ids, no_ids=full.no_ids)
                     for _ in range(2))
     engine.run([full])
     engine.run([short])
     engine.run([again])
+    assert len(full.prefix) > engine.tiled_from
     assert again.reused > short.reused and again.margins == short.margins
     assert abs(short.margins[0] - full.margins[0]) < CUT_SPREAD * max(1.0, abs(full.margins[0]))
 

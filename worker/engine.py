@@ -9,10 +9,11 @@ hidden state (worker/hidden.py): the answer's few logits columns, the yes/no tok
 head's (worker/head.py), are computed from it, the 262k-column output row never is.
 
 Deterministic mode (the default) makes a P(yes) independent of batch mates, prompt cuts and
-snapshots (docs/architecture.md): flash attention on, prefixes read whole through its tiled kernel
-in a context of their own (worker/tiled_reader.py), question rows here in micro-batches of 8 to
-60 rows in steps of 4 padded with throwaway rows (worker/pieces.py), each sequence's KV cells in
-position order (worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
+snapshots (docs/architecture.md): flash attention on; a prefix longer than 512 tokens read in a
+context of its own (worker/tiled_reader.py: from position 512 on through flash attention's tiled
+kernel), shorter ones and the question rows here in micro-batches of 8 to 60 rows in steps of 4
+padded with throwaway rows (worker/pieces.py), each sequence's KV cells in position order
+(worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
 read its parts; other threads (heartbeats) read only `status` (worker/status.py), which it replaces
 after each batch.
 """
@@ -31,12 +32,11 @@ from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
 from worker.memory import WAVE_TOKENS, context_cells, model_shape, snapshot_tokens as budget_tokens
-from worker.pieces import Row, output_rows, piece_sizes, shared_rows, suffix_waves, token_rows
+from worker.pieces import UBATCH, Row, output_rows, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 from worker.status import status_of
 from worker.tiled_reader import TiledReader
 
-UBATCH = 60  # deterministic micro-batch size: a multiple of pieces.ROW_STEP below 64
 KV_TYPES = {"f32": 0, "f16": 1}  # the kv_cache_type setting -> ggml_type (GGML_TYPE_F32, GGML_TYPE_F16)
 
 
@@ -99,6 +99,7 @@ class Engine:
         self.batch = lib.llama_batch_init(self.n_batch, 0, N_WORK)  # a prefix token: up to N_WORK sequences
         self.decode_calls = 0  # llama_decode calls that read requests, the tiled reader's too
         self.reader = TiledReader(self.model, ctx=ctx, threads=threads, kv_type=cparams.type_k) if deterministic else None
+        self.tiled_from = self.reader.tiled_from if self.reader else ctx  # longer prefixes: the reader's
         self.cache = SnapshotCache(self, seqs=range(N_WORK, self.n_seq_max), max_entries=state_cache,
                                    max_tokens=state_cache_tokens, n_swa=lib.llama_model_n_swa(self.model),
                                    second_miss=state_cache_second_miss, spill_bytes=state_cache_ram_mb << 20)
@@ -216,9 +217,9 @@ class Engine:
     def run(self, jobs: list[Job], *, warm: bool = False) -> int:
         """Answer every job (fills job.margins and job.reused); returns the tokens read. A warm
         run (warmup) leaves no snapshot behind. Prefixes and the first wave of suffixes are read
-        in one stream, each prefix token also in the sequences of that wave's suffixes of it: a
-        decode fewer per batch (W1: 48 rows instead of 36 + 12). Only when a batch mate copies
-        another's prefix (plan.copies) are the prefixes read first."""
+        in one stream, each prefix token also in the sequences of that wave's suffixes of it (W1:
+        44 rows in one call), unless a batch mate copies another's prefix (plan.copies); a prefix
+        that reaches the tiled reader's positions (tails) is read there first."""
         if len(jobs) > self.max_batch_requests:
             raise ValueError("more requests in one batch than sequences")
         work = list(range(len(jobs)))
@@ -228,15 +229,18 @@ class Engine:
                              WAVE_TOKENS)
         try:
             plan = self.cache.begin([job.prefix for job in jobs], work, warm=warm)
-            first = waves.pop(0) if waves and not plan.copies and not self.reader else []
+            tails = {seq: len(tokens) for seq, start, tokens in plan.reads if start + len(tokens) > self.tiled_from}
+            for seq, start, _ in plan.reads:  # tails whole by the tiled reader first: their suffixes join the first wave
+                if seq in tails:
+                    plan.windows[seq] = self.reader.read_into(self, seq, start, plan.prefixes[plan.work.index(seq)])
+            first = waves.pop(0) if waves and not plan.copies else []
             sharing: dict[int, tuple[int, ...]] = {}
             for seq, j, _ in first:
                 self.copy(j, seq, len(jobs[j].prefix))  # the cells it has before its read: preamble, snapshot
                 sharing[j] = sharing.get(j, ()) + (seq,)
-            read = self.reader.read_prefixes(self, plan) if self.reader else 0
-            reads = [row for seq, start, tokens in ([] if self.reader else plan.reads)
+            reads = [row for seq, start, tokens in plan.reads if seq not in tails
                      for row in token_rows((seq, *sharing.get(seq, ())), start, tokens)]
-            read += self._read_wave(jobs, first, reads)
+            read = sum(tails.values()) + self._read_wave(jobs, first, reads)
             for src, dst, n in plan.copies:
                 self.copy(src, dst, n)
             for job, reused in zip(jobs, plan.reused):
@@ -284,7 +288,7 @@ class Engine:
         loading, so the preamble's cells are the lowest and never need to move."""
         if not self.cache.enabled or len(tokens) < self.cache.min_tokens:
             return
-        if self.reader:
+        if len(tokens) > self.tiled_from:
             self.reader.read_into(self, 0, 0, tokens)
         else:
             self._read(token_rows((0,), 0, tokens), None)

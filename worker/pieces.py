@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 ROW_STEP = 4
 MIN_ROWS = 8
+UBATCH = 60  # deterministic micro-batch size: the largest multiple of ROW_STEP below 64
 
 
 def piece_sizes(total: int, ubatch: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""Deterministic mode's prefix reads, through flash attention's tiled kernel, in a context of their own.
+"""Deterministic mode's prefix rows from position TILED_FROM on, through flash attention's tiled kernel, in a context of their own.
 
 From 64 query rows ggml's CPU flash attention takes a tiled kernel, 1.2-2x faster on a fresh read
 than its per-row kernel (bench/fresh_read.py; docs/benchmarks-history.md), whose sums follow 64-cell tile edges counted
@@ -9,23 +9,41 @@ checks it bit for bit, with controls that differ). The prefix's new cells then g
 context as a sequence blob, where only question rows are read (per-row kernel, under 64 rows),
 and that kernel depends only on the cells' order, which a blob keeps.
 
-Invariant: every prefix row (preamble and state) a deterministic engine reads is read here, in
-pieces of exactly TILE rows, a short last piece filled with throwaway rows after the prefix, with
-cell p holding position p for every position before it; so a row's K and V depend only on the
-tokens up to it, never on a snapshot match, a batch mate or where the engine's cells lie. What the
-engine already holds of a prefix (the preamble, a snapshot's match) comes in as a blob; except
-where a sliding window would leave cells out of it (a match longer than the window): that prefix
-is read again from position 0, as the gap would shift the cells after it against the tile edges.
+Which kernel reads a prefix row depends on its position alone: below `tiled_from` (TILED_FROM,
+512, or less within a shorter sliding window) the per-row kernel, in pieces of the rule's shapes
+(worker/pieces.py); from there on the tiled one. A prefix that ends below tiled_from is read by
+the engine in its own context, in the same llama_decode calls as its questions (where a tiled
+read would round a short state up to 64 rows and move it by blob); a longer one is read here
+whole, its rows below tiled_from too (the per-row kernel's sums depend only on the order of a
+sequence's cells, so they are the engine's; and here they walk only this sequence's cells, where
+the engine's kept snapshots would make every row step over thousands of masked cells).
+
+Invariant: every prefix row (preamble and state) at a position from tiled_from on is read here,
+in pieces of exactly TILE rows, a short last piece filled with throwaway rows after the prefix,
+with cell p holding position p for every position before it; every row below tiled_from is read
+by the per-row kernel, here or in the engine. So a row's K and V depend only on the tokens up to
+it, never on a snapshot match, a batch mate or where the engine's cells lie. What the engine
+already holds of a prefix (the preamble, a snapshot's match) comes in as a blob; except where a
+sliding window would leave cells out of it (a match longer than the window): that prefix is read
+again from position 0, as the gap would shift the cells after it against the tile edges.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
 from shared.llama import llama, restore_sequence, save_sequence
-from worker.snapshot_parts import Plan
+from worker.pieces import UBATCH, piece_sizes
 
 TILE = 64  # ggml's GGML_FA_TILE_Q (query rows from which the tiled kernel runs) and GGML_FA_TILE_KV
+TILED_FROM = 512  # positions below it take the per-row kernel (docs/architecture.md: why 512)
 CELLS_STEP = 256
+
+
+def tiled_from(n_swa: int) -> int:
+    """The first position read through the tiled kernel: TILED_FROM, or the sliding window's
+    length down to a multiple of TILE if that is shorter, so that the cells the engine holds
+    below it come over as a whole blob (a saved sequence keeps only its window's cells)."""
+    return min(TILED_FROM, n_swa - n_swa % TILE) if n_swa > 0 else TILED_FROM
 
 
 def reader_cells(ctx: int) -> int:
@@ -51,6 +69,7 @@ class TiledReader:
     def __init__(self, model, *, ctx: int, threads: int, kv_type: int) -> None:
         lib = llama()
         self.n_swa = lib.llama_model_n_swa(model)
+        self.tiled_from = tiled_from(self.n_swa)
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_seq_max = reader_cells(ctx), 1
         params.n_batch = params.n_ubatch = TILE
@@ -73,34 +92,41 @@ class TiledReader:
             lib.llama_free(self.ctx)
             self.ctx = None
 
-    def read_prefixes(self, cells: Cells, plan: Plan) -> int:
-        """Every prefix the batch reads (Plan.reads), whole, its new cells into its working
-        sequence; sliding-window gaps into plan.windows. Returns the new tokens."""
-        for seq, start, tokens in plan.reads:
-            plan.windows[seq] = self.read_into(cells, seq, start, plan.prefixes[plan.work.index(seq)])
-        return sum(len(tokens) for _, _, tokens in plan.reads)
-
     def read(self, cells: Cells, tokens: list[int], start: int = 0) -> None:
-        """Read `tokens` from position `start` (the cache holds positions 0 to start - 1 in cells 0
-        to start - 1), TILE rows a call; the padding rows are removed afterwards."""
-        lib, b = llama(), self.batch
-        for at in range(start, len(tokens), TILE):
+        """Read `tokens` (more than tiled_from) from position `start` (the cache holds positions 0
+        to start - 1 in cells 0 to start - 1): the rows below tiled_from in the per-row kernel's
+        pieces, the rest TILE rows a call, each last piece filled with throwaway rows at the
+        positions after it, removed afterwards."""
+        if len(tokens) <= self.tiled_from:
+            raise ValueError("the engine reads prefixes that end below tiled_from itself")
+        at = start
+        if at < self.tiled_from:
+            for size in piece_sizes(self.tiled_from - at, UBATCH):
+                part = tokens[at : min(at + size, self.tiled_from)]
+                self._decode(cells, part + [part[-1]] * (size - len(part)), at)
+                at += len(part)
+            llama().llama_memory_seq_rm(self.mem, 0, self.tiled_from, -1)
+        for at in range(at, len(tokens), TILE):
             part = tokens[at : at + TILE]
-            part += [part[-1]] * (TILE - len(part))
-            for i, token in enumerate(part):
-                b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, at + i, 1, False
-                b.seq_id[i][0] = 0
-            b.n_tokens = TILE
-            rc = lib.llama_decode(self.ctx, b)
-            if rc != 0:
-                raise RuntimeError(f"llama_decode returned {rc} in the tiled reader")
-            cells.decode_calls += 1
-        lib.llama_memory_seq_rm(self.mem, 0, len(tokens), -1)
+            self._decode(cells, part + [part[-1]] * (TILE - len(part)), at)
+        llama().llama_memory_seq_rm(self.mem, 0, len(tokens), -1)
+
+    def _decode(self, cells: Cells, tokens: list[int], at: int) -> None:
+        """One llama_decode of `tokens` at positions from `at`, no output rows."""
+        b = self.batch
+        for i, token in enumerate(tokens):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, at + i, 1, False
+            b.seq_id[i][0] = 0
+        b.n_tokens = len(tokens)
+        rc = llama().llama_decode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc} in the tiled reader")
+        cells.decode_calls += 1
 
     def read_into(self, cells: Cells, seq: int, start: int, prefix: list[int]) -> int:
-        """Read `prefix` and give `seq` of the engine's context, which holds its first `start`
-        tokens, the cells of the rest: restored into the scratch sequence (first-fit, in position
-        order) and shared from there. Returns where its sliding-window cells start if a window
+        """Read `prefix` (longer than tiled_from) and give `seq` of the engine's context, which
+        holds its first `start` tokens, the cells of the rest:
+        restored into the scratch sequence (first-fit, in position order) and shared from there. Returns where its sliding-window cells start if a window
         left out some of the new ones, else 0 (worker/snapshot_moves.py: the cache must not match
         across that gap)."""
         lib = llama()
