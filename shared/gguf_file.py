@@ -6,9 +6,9 @@ the CLI turns into exit 2 like any profile error): not a GGUF, or an architectur
 llama.cpp cannot load. Refusing at this point, before a worker loads the weights, is what keeps a
 file that does not fit from showing up later as answers at chance.
 
-The header is read by ggml's GGUF reader (the one llama.cpp loads with, as worker/hidden.py
-reads it), the vocabulary by llama.cpp (vocab_only): every tokenization in the derivation is the
-one gateway and workers will do.
+The header is read by ggml's GGUF reader (shared/gguf_header.py, the one llama.cpp loads with),
+the vocabulary by llama.cpp (vocab_only): every tokenization in the derivation is the one gateway
+and workers will do.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.llama import captured_log, ggml, gguf_header, llama, load_model, token_text
+from shared.gguf_header import GgufHeader
+from shared.llama import captured_log, llama, load_model, token_text
 from shared.llama import tokenize as llama_tokenize
 from shared.profiles import ProfileError
 
@@ -52,26 +53,9 @@ class Vocabulary:
         return llama_tokenize(self.vocab, text, add_bos=add_bos, special=special)
 
 
+# The header's strings a profile is derived from, in the order read_gguf unpacks them
 _STRINGS = ("general.architecture", "general.name", "general.license", "tokenizer.chat_template")
-_BOOLS = ("tokenizer.ggml.add_bos_token",)
-GGUF_TYPE_BOOL, GGUF_TYPE_STRING = 7, 8  # ggml's enum gguf_type
-
-
-def _metadata(path: Path) -> dict[str, str | bool]:
-    """The header fields a profile is derived from, by ggml's own GGUF reader (the gguf package's
-    Python reader takes 11 s over Gemma's 262,144-token vocabulary, ggml's a few ms)."""
-    lib = ggml()
-    with gguf_header(path) as ctx:
-        if ctx is None:
-            raise ModelFileError(f"model file {path}: not a readable GGUF (ggml cannot parse its header)")
-        out: dict[str, str | bool] = {}
-        for keys, kind in ((_STRINGS, GGUF_TYPE_STRING), (_BOOLS, GGUF_TYPE_BOOL)):
-            for key in keys:
-                at = lib.gguf_find_key(ctx, key.encode())
-                if at >= 0 and lib.gguf_get_kv_type(ctx, at) == kind:
-                    out[key] = (lib.gguf_get_val_str(ctx, at).decode("utf-8", "replace") if kind == GGUF_TYPE_STRING
-                                else bool(lib.gguf_get_val_bool(ctx, at)))
-        return out
+_UNREADABLE = "model file {}: not a readable GGUF (ggml cannot parse its header)"
 
 
 def layer_bytes(path: Path) -> int:
@@ -79,12 +63,11 @@ def layer_bytes(path: Path) -> int:
     embeddings and output matrix, of which a token reads one row (or, for the output, the rows of
     the tokens read out). What a forward pass costs per token, far better than the file's size:
     a 262k vocabulary is a third of Gemma 3 1B's file and a twentieth of MiniCPM 1B's."""
-    lib = ggml()
-    with gguf_header(path) as ctx:
-        if ctx is None:
-            raise ModelFileError(f"model file {path}: not a readable GGUF (ggml cannot parse its header)")
-        tables = [lib.gguf_find_tensor(ctx, name) for name in (b"token_embd.weight", b"output.weight")]
-        return Path(path).stat().st_size - sum(lib.gguf_get_tensor_size(ctx, t) for t in tables if t >= 0)
+    with GgufHeader(path) as header:
+        if header is None:
+            raise ModelFileError(_UNREADABLE.format(path))
+        tables = [header.tensor(name) for name in ("token_embd.weight", "output.weight")]
+    return Path(path).stat().st_size - sum(table.size for table in tables if table)
 
 
 def _control_texts(vocab) -> tuple[str, ...]:
@@ -109,8 +92,11 @@ def read_gguf(path: Path) -> GgufFile:
         magic = fh.read(4)
     if magic != GGUF_MAGIC:
         raise ModelFileError(f"model file {path}: not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
-    meta = _metadata(path)
-    arch = str(meta.get("general.architecture", ""))
+    with GgufHeader(path) as header:
+        if header is None:
+            raise ModelFileError(_UNREADABLE.format(path))
+        arch, name, licence, template = (header.string(key) for key in _STRINGS)
+        add_bos = header.boolean("tokenizer.ggml.add_bos_token", True)  # llama.cpp's default when absent
     with captured_log() as lines:
         try:
             model = load_model(path, vocab_only=True)
@@ -128,11 +114,9 @@ def read_gguf(path: Path) -> GgufFile:
         return token_text(vocab, token).decode("utf-8", "replace") if token >= 0 else ""
 
     return GgufFile(
-        path=path, architecture=arch, name=str(meta.get("general.name") or path.stem),
-        licence=str(meta.get("general.license", "")), chat_template=str(meta.get("tokenizer.chat_template", "")),
-        bos=text_of(lib.llama_vocab_bos(vocab)), eos=text_of(lib.llama_vocab_eos(vocab)),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", True)),
-        control=_control_texts(vocab) if meta.get("tokenizer.chat_template") else (),
+        path=path, architecture=arch, name=name or path.stem, licence=licence, chat_template=template,
+        bos=text_of(lib.llama_vocab_bos(vocab)), eos=text_of(lib.llama_vocab_eos(vocab)), add_bos=add_bos,
+        control=_control_texts(vocab) if template else (),
         tokenize=Vocabulary(model),
     )
 

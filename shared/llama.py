@@ -184,8 +184,8 @@ def restore_sequence(ctx, seq: int, blob: ctypes.Array) -> None:
 
 def ggml() -> ctypes.CDLL:
     """ggml's base library from llama-cpp-python's own build (llama-cpp-python wraps none of it):
-    the tensor accessors an eval callback needs and the GGUF header reader (worker/hidden.py,
-    shared/gguf_file.py).
+    the tensor accessors an eval callback needs (worker/hidden.py) and the GGUF header reader
+    (shared/gguf_header.py).
     Found by llama-cpp-python's own loader, where it found libllama (LLAMA_CPP_LIB_PATH
     included), so both are the same build on every platform it supports."""
     global _ggml
@@ -210,16 +210,3 @@ def ggml() -> ctypes.CDLL:
             getattr(lib, name).argtypes, getattr(lib, name).restype = args, result
         _ggml = lib
     return _ggml
-
-
-@contextmanager
-def gguf_header(path: Path) -> Iterator[int | None]:
-    """ggml's GGUF reader on `path`'s header, tensor data not loaded (the reader llama.cpp loads
-    with): its context for gguf_* calls, or None when ggml cannot parse the file; freed after."""
-    lib = ggml()
-    ctx = lib.gguf_init_from_file(str(path).encode(), GGUFInitParams(True, None))
-    try:
-        yield ctx or None
-    finally:
-        if ctx:
-            lib.gguf_free(ctx)

@@ -33,7 +33,8 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from shared.llama import ggml, gguf_header, llama
+from shared.gguf_header import GgufHeader
+from shared.llama import ggml, llama
 
 HIDDEN_NODE = b"result_norm"  # the name every llama.cpp model graph gives the normed final state
 Q8_0_BLOCK, Q8_K_BLOCK = 32, 256
@@ -41,15 +42,6 @@ K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # types ggml multiplies wit
 # Architectures whose graph scales the output matmul by {arch}.logit_scale (src/models/*.cpp)
 DIVIDED_BY_LOGIT_SCALE = ("minicpm", "granite", "granitemoe")
 MULTIPLIED_BY_LOGIT_SCALE = ("command-r", "cohere2")
-GGUF_TYPE_FLOAT32 = 6  # ggml's enum gguf_type
-
-
-def _f32(ctx: int, key: str) -> float | None:
-    """A float32 value of the header, None when the key is missing or of another type."""
-    lib = ggml()
-    at = lib.gguf_find_key(ctx, key.encode())
-    return float(lib.gguf_get_val_f32(ctx, at)) if at >= 0 and lib.gguf_get_kv_type(ctx, at) == GGUF_TYPE_FLOAT32 \
-        else None
 
 
 def q8_0_round_trip(h: np.ndarray) -> np.ndarray:
@@ -79,29 +71,25 @@ def q8_k_round_trip(h: np.ndarray) -> np.ndarray:
 class OutputMatrix:
     """Rows of a model's output matrix (its own, or the tied token embeddings), read on demand
     from the memory-mapped GGUF file; a row is 5 KB of float64 (Gemma 3 270M), a handful are
-    kept. ggml's GGUF reader finds the tensor (gguf's Python reader parses the 262k-entry
-    vocabulary: 15 s)."""
+    kept. ggml's GGUF reader finds the tensor (shared/gguf_header.py: gguf's Python reader
+    would parse the 262k-entry vocabulary first)."""
 
     def __init__(self, path: Path, *, n_vocab: int, n_embd: int) -> None:
-        lib = ggml()
-        with gguf_header(path) as ctx:
-            if ctx is None:
+        with GgufHeader(path) as header:
+            if header is None:
                 raise RuntimeError(f"ggml could not read {path}")
-            arch = lib.gguf_get_val_str(ctx, lib.gguf_find_key(ctx, b"general.architecture")).decode()
-            self.softcap = _f32(ctx, f"{arch}.final_logit_softcapping") or 0.0
-            scale = _f32(ctx, f"{arch}.logit_scale") or (256 / n_embd if arch == "minicpm" else 1.0)
+            arch = header.string("general.architecture")
+            self.softcap = header.f32(f"{arch}.final_logit_softcapping") or 0.0
+            scale = header.f32(f"{arch}.logit_scale") or (256 / n_embd if arch == "minicpm" else 1.0)
             self.logit_factor = 1 / scale if arch in DIVIDED_BY_LOGIT_SCALE else \
                 scale if arch in MULTIPLIED_BY_LOGIT_SCALE else 1.0
-            tensor = lib.gguf_find_tensor(ctx, b"output.weight")
-            if tensor < 0:
-                tensor = lib.gguf_find_tensor(ctx, b"token_embd.weight")
-            if tensor < 0:
-                raise ValueError(f"{path.name}: no output matrix (output.weight or token_embd.weight)")
-            offset = lib.gguf_get_data_offset(ctx) + lib.gguf_get_tensor_offset(ctx, tensor)
-            size = lib.gguf_get_tensor_size(ctx, tensor)
-            self._type = GGMLQuantizationType(lib.gguf_get_tensor_type(ctx, tensor))
+            tensor = header.tensor("output.weight") or header.tensor("token_embd.weight")
+        if tensor is None:
+            raise ValueError(f"{path.name}: no output matrix (output.weight or token_embd.weight)")
+        self._type = GGMLQuantizationType(tensor.type)
         self.n_vocab, self.n_embd = n_vocab, n_embd
-        self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset, shape=(n_vocab, size // n_vocab))
+        self._data = np.memmap(path, dtype=np.uint8, mode="r", offset=tensor.offset,
+                               shape=(n_vocab, tensor.size // n_vocab))
         self._rows: dict[int, np.ndarray] = {0: self.rows([0])[0]}  # gguf dequantizes this type, or fail now
 
     def as_llama_rounds(self, h: np.ndarray) -> np.ndarray:

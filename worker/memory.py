@@ -14,17 +14,16 @@ rows. llama.cpp's compute buffers come on top, a few percent for these batch siz
 """
 from __future__ import annotations
 
-import ctypes
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from shared.config import Settings, replace
 from shared.gguf_file import ModelFileError
-from shared.llama import MAX_STATE_CACHE, N_WORK, ggml, gguf_header
+from shared.gguf_header import GgufHeader
+from shared.llama import MAX_STATE_CACHE, N_WORK
 from worker.tiled_reader import reader_cells
 
-GGUF_TYPE_UINT32, GGUF_TYPE_INT32, GGUF_TYPE_ARRAY = 4, 5, 9
 KV_ELEMENT_BYTES = 2  # llama.cpp's default K and V cache type, F16
 WAVE_TOKENS = 512  # suffix tokens the engine decodes per wave of sequences (cells are kept for one wave)
 HEADROOM = 1.10  # compute buffers and allocator slack over the sum of the parts
@@ -53,48 +52,24 @@ class ModelShape:
         return sum(self.kv_widths) * KV_ELEMENT_BYTES
 
 
-def _u32(lib, ctx, key: str, default: int | None = None) -> int:
-    at = lib.gguf_find_key(ctx, key.encode())
-    if at < 0:
-        if default is None:
-            raise ValueError(f"the GGUF header has no {key}")
-        return default
-    return int(lib.gguf_get_val_u32(ctx, at))
-
-
-def _per_layer(lib, ctx, key: str, n_layer: int, default: int) -> list[int]:
-    """A hyperparameter that is one number or one per layer (head_count_kv of OpenELM-like files)."""
-    at = lib.gguf_find_key(ctx, key.encode())
-    if at < 0:
-        return [default] * n_layer
-    if lib.gguf_get_kv_type(ctx, at) != GGUF_TYPE_ARRAY:
-        return [int(lib.gguf_get_val_u32(ctx, at))] * n_layer
-    n = lib.gguf_get_arr_n(ctx, at)
-    kind = ctypes.c_int32 if lib.gguf_get_arr_type(ctx, at) == GGUF_TYPE_INT32 else ctypes.c_uint32
-    values = ctypes.cast(lib.gguf_get_arr_data(ctx, at), ctypes.POINTER(kind))
-    return [int(values[i]) for i in range(n)]
-
-
 def model_shape(path: Path) -> ModelShape:
     """The figures of `path` that memory depends on, from its header."""
-    lib = ggml()
-    with gguf_header(path) as ctx:
-        if ctx is None:
+    with GgufHeader(path) as header:
+        if header is None:
             raise ModelFileError(f"model file {path}: not a GGUF file llama.cpp can read")  # one line, exit 2
-        arch = lib.gguf_get_val_str(ctx, lib.gguf_find_key(ctx, b"general.architecture")).decode()
-        n_layer = _u32(lib, ctx, f"{arch}.block_count")
-        n_embd = _u32(lib, ctx, f"{arch}.embedding_length")
-        n_head = _per_layer(lib, ctx, f"{arch}.attention.head_count", n_layer, 1)
-        n_head_kv = _per_layer(lib, ctx, f"{arch}.attention.head_count_kv", n_layer, 0)
+        arch = header.string("general.architecture")
+        n_layer = header.u32(f"{arch}.block_count")
+        n_embd = header.u32(f"{arch}.embedding_length")
+        n_head = header.per_layer(f"{arch}.attention.head_count", n_layer, 1)
+        n_head_kv = header.per_layer(f"{arch}.attention.head_count_kv", n_layer, 0)
         head = n_embd // max(n_head[0], 1)
-        k = _u32(lib, ctx, f"{arch}.attention.key_length", head)
-        v = _u32(lib, ctx, f"{arch}.attention.value_length", head)
+        k = header.u32(f"{arch}.attention.key_length", head)
+        v = header.u32(f"{arch}.attention.value_length", head)
         widths = tuple((kv or h) * (k + v) for kv, h in zip(n_head_kv, n_head))
-        tokens = lib.gguf_find_key(ctx, b"tokenizer.ggml.tokens")
-        n_vocab = int(lib.gguf_get_arr_n(ctx, tokens)) if tokens >= 0 else 0
-        n_ctx_train = _u32(lib, ctx, f"{arch}.context_length", 0)
-        long_rope = lib.gguf_find_tensor(ctx, b"rope_factors_long.weight") >= 0
-        short = _u32(lib, ctx, f"{arch}.rope.scaling.original_context_length", n_ctx_train) if long_rope else 0
+        n_vocab = header.count("tokenizer.ggml.tokens")
+        n_ctx_train = header.u32(f"{arch}.context_length", 0)
+        long_rope = header.tensor("rope_factors_long.weight") is not None
+        short = header.u32(f"{arch}.rope.scaling.original_context_length", n_ctx_train) if long_rope else 0
     return ModelShape(path.stat().st_size, n_layer, widths, n_vocab, n_ctx_train, short)
 
 
