@@ -13,9 +13,9 @@ snapshots (docs/architecture.md): flash attention on; a prefix longer than 512 t
 context of its own (worker/tiled_reader.py: from position 512 on through flash attention's tiled
 kernel), shorter ones and the question rows here in micro-batches of 8 to 60 rows in steps of 4
 padded with throwaway rows (worker/pieces.py), each sequence's KV cells in position order
-(worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine or
-read its parts; other threads (heartbeats) read only `status` (worker/status.py), which it replaces
-after each batch.
+(worker/snapshots.py). Only the model thread (worker/model_thread.py) may call into an Engine
+or read its parts; other threads (heartbeats) read only `status` (worker/status.py), which it
+replaces after each batch.
 """
 from __future__ import annotations
 

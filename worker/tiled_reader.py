@@ -1,4 +1,5 @@
-"""Deterministic mode's prefix rows from position TILED_FROM on, through flash attention's tiled kernel, in a context of their own.
+"""Deterministic mode's long prefixes, read in a context of their own: from position TILED_FROM on
+through flash attention's tiled kernel.
 
 From 64 query rows ggml's CPU flash attention takes a tiled kernel, 1.2-2x faster on a fresh read
 than its per-row kernel (bench/fresh_read.py; docs/benchmarks-history.md), whose sums follow 64-cell tile edges counted
@@ -125,10 +126,10 @@ class TiledReader:
 
     def read_into(self, cells: Cells, seq: int, start: int, prefix: list[int]) -> int:
         """Read `prefix` (longer than tiled_from) and give `seq` of the engine's context, which
-        holds its first `start` tokens, the cells of the rest:
-        restored into the scratch sequence (first-fit, in position order) and shared from there. Returns where its sliding-window cells start if a window
-        left out some of the new ones, else 0 (worker/snapshot_moves.py: the cache must not match
-        across that gap)."""
+        holds its first `start` tokens, the cells of the rest: restored into the scratch sequence
+        (first-fit, in position order) and shared from there. Returns where its sliding-window
+        cells start if a window left out some of the new ones, else 0 (worker/snapshot_moves.py:
+        the cache must not match across that gap)."""
         lib = llama()
         lib.llama_memory_clear(self.mem, True)
         held = start if start and (self.n_swa <= 0 or start <= self.n_swa) else 0
