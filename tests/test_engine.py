@@ -110,10 +110,11 @@ def test_a_prefix_read_alone_or_copied_to_a_batch_mate_answers_alike(engine):
 
 @pytest.mark.parametrize("match", ["none", "below", "above"])
 def test_a_long_state_answers_alike_fresh_and_from_a_snapshot_matched_below_or_above_the_tiled_reader(engine, match):
-    """A prefix past the tiled reader's first position: its rows below it are read here, the
-    rest in the reader (worker/tiled_reader.py). A snapshot of a state that shares its first
-    ~400 or ~700 tokens leaves the engine less or more than the rows below to read; the answer
-    does not move, and the reader's llama_decode calls are TILE rows from where the engine stops."""
+    """A prefix past the tiled reader's first position is read whole there (worker/tiled_reader.py):
+    its rows below it through the per-row kernel, the rest through the tiled one. A snapshot of a
+    state that shares its first ~400 or ~700 tokens leaves the reader rows on both sides of that
+    position, or only rows past it, to read (on Gemma 3 a match past its 512-token window is read
+    again from 0); the answer does not move."""
     state = long_state()
     fresh = make_job(engine, state, ["Did the pump in bay 3 run?"])
     engine.run([fresh])

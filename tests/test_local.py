@@ -22,7 +22,7 @@ def decider():
 
 
 def test_an_answer_carries_its_batch_figures(decider):
-    """bench/w3_phases.py's in-process target reads queue, run time and batch size from here."""
+    """An in-process answer carries its queue time, run time and batch size, as a served one does."""
     answer = decider.answer_body(BODY).result(timeout=300)
     assert answer.status == 200, answer.body
     assert isinstance(answer.result, Result)

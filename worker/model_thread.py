@@ -2,13 +2,13 @@
 then serves (runs the scheduler) until told to stop.
 
 Invariant: every llama_decode of the process, the preamble pin and the warmup included, runs on
-this thread. Why it matters: ggml's CPU backend runs each graph in an OpenMP parallel region,
-and libgomp keeps a team of threads per thread that opens such regions. A model loaded and
-warmed on the main thread but served from another one leaves a second, idle team behind; once
-libgomp manages more threads than the process has cores it stops spinning at barriers, and
-each of the few hundred barriers of a decode then sleeps and is woken. On two cores that cost
-a W1 request about 25 ms (bench/decode_cost.py measures it: 'decode on the load thread' vs
-'decode on another thread').
+this thread. Why it matters: ggml's CPU backend runs each graph in an OpenMP parallel region, and
+libgomp keeps a team of threads per thread that opens such regions. A model loaded and warmed on
+the main thread but served from another one leaves a second, idle team behind; once libgomp manages
+more threads than the process has cores it stops spinning at barriers, and each of the few hundred
+barriers of a decode then sleeps and is woken. On two cores that cost a W1 request about 25 ms
+(bench/decode_cost.py, in git at 4a17b4c, measured it: 'decode on the load thread' vs 'decode on
+another thread').
 """
 from __future__ import annotations
 

@@ -1,14 +1,15 @@
 """State snapshots: an LRU of KV-cache prefixes kept in reserved sequences of the worker's
 llama.cpp context, so that a state that keeps coming back is not read again for every request.
 
-A request's prefix (preamble + state) is matched against every kept prefix by longest common
-prefix over token ids; a hit copies the matched cells into the request's working sequence (with
-a unified KV cache only cell metadata changes) and only the tokens after the match are read. The
-profile's preamble is pinned, so every prompt hits at least that. Limits: `max_entries` prefixes
-and `max_tokens` tokens; 0 entries turns the cache off. Kept cells slow every later read (1.26x
-at 6,000 cells, bench/decode_cost.py), so a prefix is kept on its second miss among the last
-`max_entries` misses, one unused for STALE_USES x `max_entries` lookups is evicted, and evicted
-or unkept prefixes go to host memory (worker/spill.py), from where a whole match is restored.
+A request's prefix (preamble + state) is matched against every kept prefix by longest common prefix
+over token ids; a hit copies the matched cells into the request's working sequence (with a unified
+KV cache only cell metadata changes) and only the tokens after the match are read. The profile's
+preamble is pinned, so every prompt hits at least that. Limits: `max_entries` prefixes and
+`max_tokens` tokens; 0 entries turns the cache off. Kept cells slow every later read (1.26x at
+6,000 cells, bench/decode_cost.py at 4a17b4c), so a prefix is kept on its second miss among the
+last `max_entries` misses, one unused for STALE_USES x `max_entries` lookups is evicted, and
+evicted or unkept prefixes go to host memory (worker/spill.py), from where a whole match is
+restored.
 
 Invariant: every sequence's cells are in position order. Flash attention sums a sequence's cells
 in cell order (fp16), so out-of-order cells change answers (a margin of 1.04 became 0.88), and

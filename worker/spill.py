@@ -4,7 +4,7 @@ prefixes that left the context's cells or were never let in, in a byte-bounded L
 Why: cells are few and every kept cell slows every later read (llama.cpp attends over the whole
 range of used cells), while process memory is plentiful. A state that comes back after its cells
 are gone costs a restore (a memcpy: about 1 ms for a 540-token prefix, 306 tokens beyond the
-preamble; its save about 5 ms, a 5.4 MB blob; bench/engine.py, docs/benchmarks-history.md) instead of a read (about a
+preamble; its save about 5 ms, a 5.4 MB blob; docs/benchmarks-history.md) instead of a read (about a
 second). llama-server keeps a host-memory prompt cache for the same reason (`--cache-ram`).
 
 Invariant: a blob holds exactly the bytes llama.cpp saved for the cells of one prefix beyond the

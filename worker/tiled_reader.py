@@ -2,13 +2,14 @@
 through flash attention's tiled kernel.
 
 From 64 query rows ggml's CPU flash attention takes a tiled kernel, 1.2-2x faster on a fresh read
-than its per-row kernel (bench/fresh_read.py; docs/benchmarks-history.md), whose sums follow 64-cell tile edges counted
-from the first cell of the cache; in the engine's context, whose cells every sequence shares,
-those edges fall anywhere in a prefix. Here one sequence has the cache to itself: emptied before
-each read, cell p holds position p, so the edges fall at fixed positions (bench/tiled_read.py
-checks it bit for bit, with controls that differ). The prefix's new cells then go to the engine's
-context as a sequence blob, where only question rows are read (per-row kernel, under 64 rows),
-and that kernel depends only on the cells' order, which a blob keeps.
+than its per-row kernel (bench/fresh_read.py, in git at 4a17b4c; docs/benchmarks-history.md), whose
+sums follow 64-cell tile edges counted from the first cell of the cache; in the engine's context,
+whose cells every sequence shares, those edges fall anywhere in a prefix. Here one sequence has the
+cache to itself: emptied before each read, cell p holds position p, so the edges fall at fixed
+positions (bench/tiled_read.py, in git at 4a17b4c, checks it bit for bit, with controls that
+differ). The prefix's new cells then go to the engine's context as a sequence blob, where only
+question rows are read (per-row kernel, under 64 rows), and that kernel depends only on the cells'
+order, which a blob keeps.
 
 Which kernel reads a prefix row depends on its position alone: below `tiled_from` (TILED_FROM,
 512, or less within a shorter sliding window) the per-row kernel, in pieces of the rule's shapes

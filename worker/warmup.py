@@ -1,10 +1,10 @@
 """Warmup: page the weights in and run the shapes real traffic uses before taking traffic.
 
-The first llama_decode after loading pays for page faults on the mmapped weights and for
-allocating compute buffers; doing it before the worker registers keeps that cost off the first
-real request. A decode shape seen for the first time later costs nothing extra
-(bench/engine.py's warmup rows: the first request of a new length as fast as the second), which
-is why there is no idle-time warmup of the remaining shapes any more.
+The first llama_decode after loading pays for page faults on the mmapped weights and for allocating
+compute buffers; doing it before the worker registers keeps that cost off the first real request. A
+decode shape seen for the first time later costs nothing extra (the warmup rows of bench/engine.py,
+in git at 4a17b4c: the first request of a new length as fast as the second), which is why there is
+no idle-time warmup of the remaining shapes any more.
 """
 from __future__ import annotations
 
