@@ -7,7 +7,8 @@ Each backs a figure the README or docs/benchmarks.md quotes. A run prints its ta
 them, under a header giving the command, the date, the machine (CPU, cores, AVX-512 or not, the
 llama.cpp build) and the load average before and after, in docs/benchmarks/NAME.md (the latest
 run per model: a section each, so a run of another model adds its own instead of replacing the
-default's; commit it with the figures it backs). Progress goes to stderr and is not kept.
+default's; the sweep's rows and plot in docs/benchmarks/sweep/MODEL/; commit them with the
+figures they back). Progress goes to stderr and is not kept.
 
 Benchmarks only on a quiet machine: one at a time, nothing else running (no tests, no builds).
 The model is the configured one (JEV_PROFILE, JEV_MODEL, or the default profile).
@@ -49,10 +50,12 @@ BENCHMARKS = {
 SECTION = re.compile(r"^## model (.+)\n", re.M)  # a record's section per model
 
 
-def served_model() -> str:
-    """The profile or model file the benchmark runs (JEV_PROFILE, JEV_MODEL, or the default)."""
+def served_model(*, short: bool = False) -> str:
+    """The profile or model file the benchmark runs (JEV_PROFILE, JEV_MODEL, or the default);
+    `short`: its file name without the .toml or .gguf, for a directory's name."""
     settings = load_settings()
-    return settings.profile or settings.model or settings.default_profile
+    served = settings.profile or settings.model or settings.default_profile
+    return Path(served).name.removesuffix(".toml").removesuffix(".gguf") if short else served
 
 
 def machine() -> str:
@@ -98,8 +101,8 @@ def main(argv: list[str]) -> int:
     if importlib.util.find_spec(module) is None:  # a slip in the table fails here, not after a long set-up
         print(f"bench: {name}'s module {module} is missing", file=sys.stderr)
         return 2
-    if name == "sweep" and "--out" not in args:
-        args = [*args, "--out", str(OUT / "sweep")]
+    if name == "sweep" and "--out" not in args:  # its rows and plot, one directory per model
+        args = [*args, "--out", str(OUT / "sweep" / served_model(short=True))]
     command = f"python -m bench {name} {shlex.join(args)}".strip()
     started, load_before = datetime.datetime.now(datetime.timezone.utc), load()
     proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=PROJECT_ROOT, stdout=subprocess.PIPE,

@@ -36,3 +36,11 @@ def test_a_record_keeps_each_models_latest_run(tmp_path, monkeypatch):
     text = path.read_text()
     assert "gemma's run" in text and "second run of the default" in text and "first run" not in text
     assert text.startswith("# floor: ") and text.count("## model ") == 2
+
+
+@pytest.mark.parametrize(("variable", "value", "short"), [("JEV_PROFILE", "qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b"),
+                                                         ("JEV_MODEL", "/models/mine.gguf", "mine")])
+def test_a_sweep_keeps_its_rows_under_the_models_name(monkeypatch, variable, value, short):
+    monkeypatch.delenv("JEV_PROFILE", raising=False)
+    monkeypatch.setenv(variable, value)
+    assert entry.served_model(short=True) == short
