@@ -128,7 +128,7 @@ CHAOS_SEED ?= 1
 CHAOS_OUT ?= /tmp/jevfleet-chaos
 .PHONY: chaos
 chaos: $(VENV)/.installed-test test-tools
-	$(PY) -m jevfleet.harness.chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+	$(PY) -m loadtest.chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 # About 10,000 generated and mutated requests (bodies, headers, byte-level damage, compression bombs,
 # lying Content-Length, other text encodings, huge numbers, deep nesting) against a real fleet:

@@ -6,7 +6,9 @@
 Each backs a figure the README or docs/benchmarks.md quotes. A run prints its tables and keeps
 them, under a header giving the command, the date, the machine (CPU, cores, AVX-512 or not, the
 llama.cpp build) and the load average before and after, in docs/benchmarks/NAME.md (the latest
-run; commit it with the figures it backs). Progress goes to stderr and is not kept.
+run per model: a section each, so a run of another model adds its own instead of replacing the
+default's; the sweep's rows and plot in docs/benchmarks/sweep/MODEL/; commit them with the
+figures they back). Progress goes to stderr and is not kept.
 
 Benchmarks only on a quiet machine: one at a time, nothing else running (no tests, no builds).
 The model is the configured one (JEV_PROFILE, JEV_MODEL, or the default profile).
@@ -45,16 +47,37 @@ BENCHMARKS = {
 }
 
 
+SECTION = re.compile(r"^## model (.+)\n", re.M)  # a record's section per model
+
+
+def served_model(*, short: bool = False) -> str:
+    """The profile or model file the benchmark runs (JEV_PROFILE, JEV_MODEL, or the default);
+    `short`: its file name without the .toml or .gguf, for a directory's name."""
+    settings = load_settings()
+    served = settings.profile or settings.model or settings.default_profile
+    return Path(served).name.removesuffix(".toml").removesuffix(".gguf") if short else served
+
+
 def machine() -> str:
-    """CPU model, cores, AVX-512 or not, the llama.cpp build the venv holds, and the model."""
+    """CPU model, cores, AVX-512 or not, the llama.cpp build the venv holds."""
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
     avx512 = "AVX-512" if re.search(r"\bavx512f\b", cpuinfo) else "no AVX-512"
-    build = llama_build.installed_level()
-    settings = load_settings()
-    served = settings.profile or settings.model or settings.default_profile
     return (f"{model[1].strip() if model else platform.processor()}, {os.cpu_count()} cores, {avx512}; "
-            f"llama.cpp build {build}; Python {platform.python_version()}; model {served}")
+            f"llama.cpp build {llama_build.installed_level()}; Python {platform.python_version()}")
+
+
+def keep(name: str, model: str, section: str) -> Path:
+    """Write `section` as `model`'s part of NAME.md, the other models' parts left as they were (a
+    record from before the parts were kept per model is replaced whole: git has it)."""
+    path = OUT / f"{name}.md"
+    parts = SECTION.split(path.read_text()) if path.is_file() else [""]
+    kept = dict(zip(parts[1::2], parts[2::2]))
+    kept[model] = section
+    OUT.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# {name}: {BENCHMARKS[name][1]}\n\n"
+                    + "\n".join(f"## model {m}\n{text.rstrip()}\n" for m, text in sorted(kept.items())))
+    return path
 
 
 def load() -> str:
@@ -78,8 +101,8 @@ def main(argv: list[str]) -> int:
     if importlib.util.find_spec(module) is None:  # a slip in the table fails here, not after a long set-up
         print(f"bench: {name}'s module {module} is missing", file=sys.stderr)
         return 2
-    if name == "sweep" and "--out" not in args:
-        args = [*args, "--out", str(OUT / "sweep")]
+    if name == "sweep" and "--out" not in args:  # its rows and plot, one directory per model
+        args = [*args, "--out", str(OUT / "sweep" / served_model(short=True))]
     command = f"python -m bench {name} {shlex.join(args)}".strip()
     started, load_before = datetime.datetime.now(datetime.timezone.utc), load()
     proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
@@ -90,11 +113,9 @@ def main(argv: list[str]) -> int:
         lines.append(line)
     code = proc.wait()
     if code == 0:
-        OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / f"{name}.md").write_text(
-            f"# {name}: {BENCHMARKS[name][1]}\n\n`{command}`, {started:%Y-%m-%d %H:%M} UTC, on {machine()}; "
-            f"load average {load_before} before, {load()} after.\n\n```\n{''.join(lines)}```\n")
-        print(f"bench: kept in {(OUT / f'{name}.md').relative_to(PROJECT_ROOT)}", file=sys.stderr)
+        path = keep(name, served_model(), f"\n`{command}`, {started:%Y-%m-%d %H:%M} UTC, on {machine()}; "
+                                          f"load average {load_before} before, {load()} after.\n\n```\n{''.join(lines)}```\n")
+        print(f"bench: kept in {path.relative_to(PROJECT_ROOT)}", file=sys.stderr)
     return code
 
 

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from jevfleet.harness.net import KeptConnection
+from client.net import KeptConnection
 from loadtest import fresh, servers, validate
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import Item

@@ -4,7 +4,7 @@ and llama-server on the same requests.
     make bench NAME=floor                 # or: python -m bench floor [--requests W1-fresh=60,...]
 
 The floor is what this machine can do with our engine and nothing around it: the requests are
-validated, rendered and tokenized before the clock starts (jevfleet/local.py's prepare), then
+validated, rendered and tokenized before the clock starts (client/local.py's prepare), then
 handed one at a time to a worker's scheduler and engine in this process (preamble pinned, the
 default settings), each waited for before the next. No HTTP, no ZeroMQ, no gateway. The fleet
 (`jevfleet serve` at its defaults) and llama-server (as the sweep starts it) get the same
@@ -33,8 +33,8 @@ from typing import Callable, Iterator
 
 from tqdm import tqdm
 
-from jevfleet.harness.net import KeptConnection
-from jevfleet.local import LocalDecider
+from client.local import LocalDecider
+from client.net import KeptConnection
 from loadtest import fresh, servers
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import Item, decision_body

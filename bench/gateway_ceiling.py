@@ -27,7 +27,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.instant_worker import InstantGateway, start_gateway
-from jevfleet.harness.net import server_timing
+from client.net import server_timing
 from jevfleet.harness.stats import percentile
 
 # One default worker (2 cores) on W1 at 8 closed-loop users: README, `make loadtest`.

@@ -23,8 +23,8 @@ import psutil
 import zmq
 import zmq.asyncio
 
+from client.net import free_port
 from jevfleet.harness.fleet import wait_healthy
-from jevfleet.harness.net import free_port
 from jevfleet.harness.processes import stop_processes
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import PROJECT_ROOT, Settings, load_settings

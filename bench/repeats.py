@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jevfleet.harness.net import post_json
+from client.net import post_json
 from loadtest import servers, workloads
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS

@@ -27,11 +27,11 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from client.net import free_port, server_timing
 from gateway.app import LISTEN_BACKLOG
 from gateway.reading import server_options
 from jevfleet.harness.fleet import start_fleet
 from jevfleet.harness.load import decision, program_pid, rss_kb, states
-from jevfleet.harness.net import free_port, server_timing
 from jevfleet.harness.stats import percentile
 from loadtest import servers
 from shared.config import load_settings

@@ -37,8 +37,8 @@ from pathlib import Path
 import psutil
 
 from bench import zoo
+from client.net import post_json, probe
 from jevfleet.harness.load import rss_kb
-from jevfleet.harness.net import post_json, probe
 from jevfleet.harness.processes import wait_until
 from shared.config import load_settings
 from shared.derive import calibration_record, derive_profile

@@ -25,10 +25,10 @@ from gateway.timing import Timing
 from gateway.tokenizer import Tokenizer
 from gateway.wire import ModelCard, ModelList
 from shared.config import Settings
-from shared.derive import serving_profile
 from shared.llama import tokenize
 from shared.messages import Score, SnapshotStats
-from shared.model_files import file_sha256, resolve_model
+from shared.model_files import file_sha256
+from shared.plan import serving_plan
 from shared.profiles import Profile
 from shared.refusal import refuse
 from shared.serving import fingerprint, serving_facts
@@ -218,14 +218,14 @@ def create_app(settings: Settings, *, profile: Profile, model_file: Path, tokeni
 
 def build_app(settings: Settings, *, api_key: str = "") -> web.Application:
     """The gateway's app: the profile's GGUF read vocab-only to tokenize, and the fleet's ROUTER."""
-    profile = serving_profile(settings)
+    plan = serving_plan(settings)
+    settings, profile, model_file = plan.settings, plan.profile, plan.model
     if profile.derived and not profile.calibration_record:
         log.warning("the profile derived from %s is served uncalibrated: no calibration is recorded in %s "
                     "(`jevfleet serve` fits one; derived_calibration)", profile.source, settings.cache_path)
-    model_file = resolve_model(profile, settings.cache_path, settings.model)
     tokenizer = Tokenizer(model_file, profile, threads=settings.tokenizer_threads)
     fleet = Fleet(settings, preamble_tokens=tokenizer.preamble_tokens,
-                  serves=serving_facts(profile=profile, model_sha256=file_sha256(model_file), mode=settings.mode,
+                  serves=serving_facts(profile=profile, model_sha256=plan.model_sha256(), mode=settings.mode,
                                        tokenize=partial(tokenize, tokenizer.vocab)))
     return create_app(settings, profile=profile, model_file=model_file, tokenizer=tokenizer, fleet=fleet,
                       api_key=api_key)

@@ -1,6 +1,6 @@
 """`jevfleet decide`: the server's answer to a request file, without a server.
 
-The answers come from jevfleet/local.py (the gateway's request path and a worker's scheduler and
+The answers come from client/local.py (the gateway's request path and a worker's scheduler and
 engine in this process). Requests of a JSONL file are submitted ahead, so the scheduler batches
 them and the state snapshots serve repeated states.
 """
@@ -11,8 +11,8 @@ import sys
 from concurrent.futures import Future
 from pathlib import Path
 
+from client.local import Answer, LocalDecider
 from gateway.errors import error_json
-from jevfleet.local import Answer, LocalDecider
 from quality.derived import calibrated_serving_profile
 from shared.config import Settings
 

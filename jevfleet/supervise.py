@@ -28,12 +28,12 @@ from string import Template
 
 from jevfleet.watch import watch
 from shared.config import CONF_DIR, PROJECT_ROOT, Settings, replace
-from shared.derive import render_profile, serving_profile
-from shared.model_files import resolve_model
+from shared.derive import render_profile
+from shared.memory import MemoryRefusal, plan_workers
+from shared.plan import serving_plan
 from shared.profiles import Profile
 from shared.refusal import MARK, REFUSED
 from shared.start_guard import clear_all
-from worker.memory import MemoryRefusal, plan_workers, within_trained_context
 
 PROGRAMS = {"all": ("gateway", "worker"), "gateway": ("gateway",), "workers": ("worker",)}
 PROGRAM_SECTION = re.compile(r"^\[program:(\w+)\]\n(?:(?!\[).*\n?)*", re.MULTILINE)
@@ -87,13 +87,12 @@ def serve(settings: Settings) -> int:
         print("jevfleet serve: --role workers needs --endpoint, the gateway's (e.g. tcp://GATEWAY:5555)",
               file=sys.stderr)
         return 2
-    # Assemble the model once here, not in N workers racing for the lock.
-    profile = serving_profile(settings)
-    model = resolve_model(profile, settings.cache_path, settings.model)
-    try:  # ctx within the file's reach (before memory is planned and children read it); as many workers
-        # as cores and memory allow, or those asked for if they fit
-        settings = within_trained_context(settings, model)
-        workers = plan_workers(settings, model) if settings.role != "gateway" else settings.worker_count
+    try:  # the model assembled once here, not in N workers racing for the lock; ctx within the file's
+        # reach (before memory is planned and children read it); as many workers as cores and memory
+        # allow, or those asked for if they fit
+        plan = serving_plan(settings)
+        settings, profile, model = plan.settings, plan.profile, plan.model
+        workers = plan_workers(settings, plan.shape, model.name) if settings.role != "gateway" else settings.worker_count
     except MemoryRefusal as exc:
         print(f"jevfleet serve: {exc}", file=sys.stderr)
         return 2

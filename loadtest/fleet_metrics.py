@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from jevfleet.harness.net import probe
+from client.net import probe
 
 PHASE = "jevfleet_request_phase_seconds"
 BATCH = "jevfleet_batch_requests"

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from locust import FastHttpUser, constant, events, task
 
-from jevfleet.harness.net import retry_wait
+from client.net import retry_wait
 from loadtest import fresh, workloads
 from loadtest.protocols import PROTOCOLS, Protocol
 from loadtest.validate import InvalidAnswer

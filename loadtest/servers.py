@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from client.net import free_port, probe
 from jevfleet.harness.fleet import start_fleet
-from jevfleet.harness.net import free_port, probe
 from jevfleet.harness.processes import stop_process, wait_until
 from loadtest.llama_server import ensure_llama_server
 from shared import llama_build

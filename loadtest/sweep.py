@@ -41,7 +41,7 @@ from typing import Callable, Mapping
 
 from tqdm import tqdm
 
-from jevfleet.harness.net import probe, retry_after
+from client.net import probe, retry_after
 from loadtest import fleet_metrics, fresh, results, servers
 from loadtest.llama_server import ensure_llama_server
 from loadtest.protocols import PROTOCOLS

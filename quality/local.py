@@ -1,4 +1,4 @@
-"""Asking the labeled set in-process, through jevfleet/local.py: the path `jevfleet decide` takes
+"""Asking the labeled set in-process, through client/local.py: the path `jevfleet decide` takes
 (the gateway's request path, a worker's scheduler and engine with the profile's preamble pinned),
 so these are exactly the server's answers — plus the raw yes−no margins that calibration needs
 and, when the engine's readout captures them, the logit columns a learned head is fitted on.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from jevfleet.local import LocalDecider
+from client.local import LocalDecider
 from quality.items import QUESTION_ID, Item, Skipped, outcome, refused
 from quality.metrics import Outcome
 from shared.config import Settings

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from jevfleet.harness.net import http, retry_wait
+from client.net import http, retry_wait
 from quality.items import QUESTION_ID, Item, Skipped, outcome, refused
 from quality.metrics import Outcome
 

@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     def worker_count(self) -> int:
         """`workers`, or as many sets of cores_per_worker cores as this process may run on: the same
         affinity mask worker/cores.py cuts into the sets it pins worker k to. `jevfleet serve`
-        starts fewer when memory holds fewer (worker/memory.plan_workers)."""
+        starts fewer when memory holds fewer (shared/memory.plan_workers)."""
         if self.workers > 0:
             return self.workers
         return max(1, len(os.sched_getaffinity(0)) // self.cores_per_worker)

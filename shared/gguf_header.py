@@ -1,7 +1,7 @@
 """A GGUF file's header, read by ggml's GGUF reader (the one llama.cpp loads with), tensor data
 not loaded: what is known of a file before, or besides, llama.cpp loading it. The one reader for
 shared/gguf_file.py (architecture, chat template, the embedding and output tables' sizes),
-worker/memory.py (layer count, K and V widths, vocabulary and trained context) and
+shared/memory.py (layer count, K and V widths, vocabulary and trained context) and
 worker/hidden.py (the output matrix and what the graph does after it).
 
 Why ggml's and not the gguf package's Python reader: that one parses every header entry in

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 # How a worker's llama.cpp context divides its sequences; the state_cache setting's bound follows.
+FA_TILE = 64  # ggml's GGML_FA_TILE_Q (query rows from which the tiled kernel runs) and GGML_FA_TILE_KV
 MAX_SEQ = 256  # LLAMA_MAX_SEQ: the sequences one context can hold
 N_WORK = 64  # a worker engine's working sequences: request prefixes, their suffixes, one scratch sequence
 MAX_STATE_CACHE = MAX_SEQ - N_WORK  # the rest hold state snapshots (worker/snapshots.py), one each
@@ -34,9 +35,9 @@ _CELLS_OVER_TRAINED = re.compile(r"n_ctx_seq \((\d+)\) > n_ctx_train \((\d+)\) -
 def explained(line: str) -> str:
     """llama.cpp's log line, or ours in its place where it misleads. Its "possible training
     context overflow" compares the context's cells with the trained length, and a worker's cells
-    hold its snapshots, request and scratch sequences besides one prompt (worker/memory.py
+    hold its snapshots, request and scratch sequences besides one prompt (shared/memory.py
     context_cells); a position never passes ctx, which serve, decide and eval lower to the trained
-    length (worker/memory.py within_trained_context)."""
+    length (shared/memory.py within_trained_context)."""
     if match := _CELLS_OVER_TRAINED.search(line):
         cells, trained = match.groups()
         return (f"jevfleet: llama.cpp's 'n_ctx_seq ({cells}) > n_ctx_train ({trained})' counts the {cells} cells "

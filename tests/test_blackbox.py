@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from client.net import http, post_json
 from jevfleet.harness.fleet import Fleet
 from jevfleet.harness.load import states
-from jevfleet.harness.net import http, post_json
 from shared.messages import SnapshotStats, WorkerStats
 from tests.test_metrics import families, sample
 

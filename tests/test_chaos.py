@@ -1,4 +1,4 @@
-"""The chaos run (jevfleet/harness/chaos.py): its requests and how it judges an answer, and,
+"""The chaos run (loadtest/chaos.py): its requests and how it judges an answer, and,
 black-box, its short version (`make chaos` is the long one).
 
 The short run: a one-worker reference pass, then the same requests from 8 clients through HAProxy to two
@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 
 from gateway.wire import DecisionRequest
-from jevfleet.harness.chaos import DOCUMENTED, Config, run, unavailable
-from jevfleet.harness.chaos_clients import DIFFERENT, SAME, Attempt, Clients, classify
-from jevfleet.harness.chaos_faults import GATEWAY_KINDS, KINDS
-from jevfleet.harness.chaos_fleet import RETRIES_OFF, RETRIES_ON
-from jevfleet.harness.chaos_requests import KINDS as REQUEST_KINDS
-from jevfleet.harness.chaos_requests import answer, request, requests
 from jevfleet.harness.load import Outcome
+from loadtest.chaos import DOCUMENTED, Config, run, unavailable
+from loadtest.chaos_clients import DIFFERENT, SAME, Attempt, Clients, classify
+from loadtest.chaos_faults import GATEWAY_KINDS, KINDS
+from loadtest.chaos_fleet import RETRIES_OFF, RETRIES_ON
+from loadtest.chaos_requests import KINDS as REQUEST_KINDS
+from loadtest.chaos_requests import answer, request, requests
 
 
 def test_the_requests_are_a_function_of_seed_and_index_valid_and_each_state_new():

@@ -8,8 +8,8 @@ import sys
 import pytest
 import zmq.asyncio
 
+from client.net import free_port
 from gateway.fleet import Fleet
-from jevfleet.harness.net import free_port
 from jevfleet.harness.scripted_worker import ScriptedWorker
 from shared.config import PROJECT_ROOT, Settings, default_settings
 from shared.curve import CurveError, gateway_keys, is_local, make_keys, worker_keys

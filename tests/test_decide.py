@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from jevfleet.harness.net import http, post_json
+from client.net import http, post_json
 from shared.config import PROJECT_ROOT
 
 MIXED = {

@@ -17,7 +17,7 @@ import zlib
 
 import pytest
 
-from jevfleet.harness.net import http
+from client.net import http
 from tests.conftest import API_KEY
 
 if sys.version_info >= (3, 14):

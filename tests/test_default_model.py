@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from client.net import post_json
 from jevfleet.harness.fleet import CHECKED, start_fleet
-from jevfleet.harness.net import post_json
 from shared.config import Settings, env_var
 
 DEFAULT = Settings.model_fields["default_profile"].default

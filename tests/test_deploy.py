@@ -156,3 +156,15 @@ def test_kustomize_renders_the_same_resources():
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == \
            sorted((d["kind"], d["metadata"]["name"]) for d in DOCS)
     assert all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "jevfleet" for d in docs)
+
+
+def test_the_image_copies_every_package_the_command_imports():
+    """The image copies packages one by one (a layer each): one the command imports and the image
+    leaves out would fail only when a pod starts."""
+    from tests.test_harness import imported_modules, sources
+
+    served = {m.split(".")[0] for p in sources("jevfleet", "client", "quality") for m in imported_modules(p)
+              if "harness" not in p.parts}
+    first_party = served & {"shared", "gateway", "worker", "client", "jevfleet", "quality", "loadtest", "bench"}
+    copied = set(re.findall(r"^COPY (\w+) ", CONTAINERFILE.read_text(), re.M))
+    assert first_party and first_party <= copied

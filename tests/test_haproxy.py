@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from jevfleet.harness.net import free_port, http
-from jevfleet.harness.processes import stop_process, wait_until
+from client.net import free_port, http
 from jevfleet.haproxy import qualified, render_haproxy_conf
+from jevfleet.harness.processes import stop_process, wait_until
 from shared.config import default_settings
 
 needs_haproxy = pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy is not installed")

@@ -11,14 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from client.net import free_port, http, post_json, server_timing
 from jevfleet.harness.fleet import health, wait_healthy
-from jevfleet.harness.net import free_port, http, post_json, server_timing
 from jevfleet.harness.processes import stop_process, stop_processes, wait_until
 from jevfleet.harness.stats import percentile
 from shared.config import PROJECT_ROOT
 from tests.inprocess import InProcessGateway
 
-PRODUCT = ("gateway", "worker", "shared", "jevfleet")  # what `jevfleet serve` and `decide` run
+PRODUCT = ("gateway", "worker", "shared", "client", "jevfleet")  # what `jevfleet serve` and `decide` run
+# The code's layers from the bottom up (docs/architecture.md): a package imports only its own
+# layer's and those below it. jevfleet/harness sits with the command's package it lives in.
+LAYERS = (("shared",), ("gateway", "worker"), ("client",), ("quality",), ("jevfleet", "deploy"), ("loadtest",),
+          ("bench",))
 
 
 def test_the_percentile_is_an_observed_value_by_nearest_rank():
@@ -107,6 +111,13 @@ def test_nothing_outside_tests_imports_tests():
     assert not offenders
 
 
+def test_no_import_runs_up_a_layer():
+    layer_of = {package: height for height, packages in enumerate(LAYERS) for package in packages}
+    offenders = {f"{p.relative_to(PROJECT_ROOT)} imports {m}" for p in sources(*layer_of)
+                 for m in imported_modules(p) if layer_of.get(m.split(".")[0], -1) > layer_of[p.relative_to(PROJECT_ROOT).parts[0]]}
+    assert not offenders
+
+
 def module_name(path: Path) -> str:
     name = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts)
     return name.removesuffix(".__init__")
@@ -115,7 +126,7 @@ def module_name(path: Path) -> str:
 def test_no_module_imports_one_that_imports_it_back():
     """Directly or through others, imports under TYPE_CHECKING included: each module has one role
     and a caller, not a partner."""
-    graph = {module_name(p): imported_modules(p) for p in sources("gateway", "worker", "shared", "jevfleet", "quality")}
+    graph = {module_name(p): imported_modules(p) for p in sources("gateway", "worker", "shared", "client", "jevfleet", "quality")}
     cyclic = set()
     for start in graph:
         seen, todo = set(), [start]
@@ -150,7 +161,7 @@ def test_a_kept_connection_the_server_closed_while_idle_is_opened_again():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from jevfleet.harness.net import KeptConnection
+    from client.net import KeptConnection
 
     class CloseAfterEach(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # kept open as far as the client knows, closed here after each

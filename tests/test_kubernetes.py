@@ -30,10 +30,10 @@ from typing import Iterator
 import pytest
 from typesafe_sdk import TypeSafeAuthenticationError
 
+from client.net import probe
 from deploy.image import IMAGE, build_image, empty_store, image_size_mb
 from jevfleet.harness.fleet import health
 from jevfleet.harness.load import Clients, decision, post, states
-from jevfleet.harness.net import probe
 from jevfleet.harness.processes import wait_until
 from tests import podman_kube as kube
 from tests.test_sdk import QUESTIONS, SHORT_STATE, check_result, sdk

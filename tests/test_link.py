@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import zmq
 
+from client.net import free_port
 from gateway.link import BindError, Link
-from jevfleet.harness.net import free_port
 from shared.config import default_settings
 
 

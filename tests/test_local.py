@@ -1,9 +1,9 @@
-"""jevfleet/local.py: a request answered in this process carries the worker's own message."""
+"""client/local.py: a request answered in this process carries the worker's own message."""
 from __future__ import annotations
 
 import pytest
 
-from jevfleet.local import LocalDecider
+from client.local import LocalDecider
 from shared.config import default_settings
 from shared.messages import Result
 

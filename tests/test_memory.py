@@ -1,4 +1,4 @@
-"""worker/memory.py: a worker's bytes from a GGUF header, snapshots' budget in this model's tokens,
+"""shared/memory.py: a worker's bytes from a GGUF header, snapshots' budget in this model's tokens,
 and how many workers serve starts or why it refuses (headers written by the gguf package; no model)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from gguf import GGUFValueType, GGUFWriter
 
 from shared.config import default_settings
-from worker.memory import (MIB, MemoryRefusal, context_cells, model_shape, plan_workers, snapshot_tokens,
+from shared.memory import (MIB, MemoryRefusal, context_cells, model_shape, plan_workers, snapshot_tokens,
                            within_trained_context, worker_bytes)
 
 
@@ -81,7 +81,7 @@ def test_the_default_snapshot_budget_holds_a_few_states_of_a_large_kv_model(tmp_
     # Phi-3.5-mini (LongRoPE, window 4,096 cells): what the window leaves once 2,048-token prompts fit.
     phi = header(tmp_path / "phi.gguf", "phi3", layers=32, embd=3072, heads=32, kv_heads=32, ctx_train=131072,
                  long_rope_from=4096)
-    settings = within_trained_context(default_settings(), phi)
+    settings = within_trained_context(default_settings(), model_shape(phi), phi.name)
     kept = snapshot_tokens(settings, model_shape(phi))
     assert settings.ctx == 2048 and kept == 1024
     assert context_cells(settings.ctx, settings.batch_tokens, kept) <= 4096
@@ -91,17 +91,17 @@ def test_workers_follow_memory_as_well_as_cores(llama_1b):
     settings = default_settings(cores_per_worker=1)
     need = int(sum(worker_bytes(settings, model_shape(llama_1b)).values()) * 1.10)
     by_cores = settings.worker_count
-    assert plan_workers(settings, llama_1b, available=100 * need) == by_cores
+    assert plan_workers(settings, model_shape(llama_1b), llama_1b.name, available=100 * need) == by_cores
     file = llama_1b.stat().st_size  # its pages in the page cache, once for every worker
-    assert plan_workers(settings, llama_1b, available=file + need + 1) == 1
+    assert plan_workers(settings, model_shape(llama_1b), llama_1b.name, available=file + need + 1) == 1
     with pytest.raises(MemoryRefusal, match=r"1 worker\(s\) of llama.gguf need .* MiB each .*KV cells .* MiB is available"):
-        plan_workers(settings, llama_1b, available=file + need - 1)
+        plan_workers(settings, model_shape(llama_1b), llama_1b.name, available=file + need - 1)
     with pytest.raises(MemoryRefusal, match=r"^3 worker\(s\)"):
-        plan_workers(default_settings(workers=3), llama_1b, available=file + 2 * need)
+        plan_workers(default_settings(workers=3), model_shape(llama_1b), llama_1b.name, available=file + 2 * need)
 
 
 def test_a_containers_limit_less_its_usage_bounds_the_memory_available(tmp_path, monkeypatch):
-    import worker.memory as memory
+    import shared.memory as memory
 
     (tmp_path / "max").write_text(f"{3 << 30}\n")
     (tmp_path / "current").write_text(f"{1 << 30}\n")
@@ -116,21 +116,22 @@ def test_a_containers_limit_less_its_usage_bounds_the_memory_available(tmp_path,
 
 def test_ctx_is_lowered_to_the_files_trained_context_and_never_raised(tmp_path, capsys):
     short = header(tmp_path / "short.gguf", "llama", layers=2, embd=256, heads=4, kv_heads=4, ctx_train=4096)
-    assert within_trained_context(default_settings(ctx=8192), short).ctx == 4096
+    assert within_trained_context(default_settings(ctx=8192), model_shape(short), short.name).ctx == 4096
     assert "limited to its 4096 tokens" in capsys.readouterr().err
-    assert within_trained_context(default_settings(ctx=2048), short).ctx == 2048
+    assert within_trained_context(default_settings(ctx=2048), model_shape(short), short.name).ctx == 2048
     assert capsys.readouterr().err == ""
 
 
 def test_a_longrope_files_context_stays_within_its_short_factors_reach(tmp_path, capsys):
     phi = header(tmp_path / "phi.gguf", "phi3", layers=32, embd=3072, heads=32, kv_heads=32, ctx_train=131072,
                  long_rope_from=4096)
-    settings = within_trained_context(default_settings(ctx=8192), phi)
+    settings = within_trained_context(default_settings(ctx=8192), model_shape(phi), phi.name)
     shape = model_shape(phi)
     assert shape.short_context == 4096 and 0 < settings.ctx < 4096
     assert context_cells(settings.ctx, settings.batch_tokens, snapshot_tokens(settings, shape)) <= 4096
     assert "short RoPE factors" in capsys.readouterr().err
-    assert within_trained_context(default_settings(ctx=1024), phi).ctx == 1024  # within reach: as it was
+    # within reach: as it was
+    assert within_trained_context(default_settings(ctx=1024), model_shape(phi), phi.name).ctx == 1024
     assert model_shape(header(tmp_path / "llama.gguf", "llama", layers=2, embd=256, heads=4, kv_heads=4)).short_context == 0
     with pytest.raises(MemoryRefusal, match="short RoPE factors"):
-        within_trained_context(default_settings(state_cache_mb=2000), phi)
+        within_trained_context(default_settings(state_cache_mb=2000), model_shape(phi), phi.name)

@@ -9,12 +9,12 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from client.net import http, post_json
 from gateway.membership import WorkerState
 from gateway.metrics import Metrics
 from gateway.queues import WorkerQueue
 from jevfleet.harness.fleet import Fleet
 from jevfleet.harness.load import by_id
-from jevfleet.harness.net import http, post_json
 from jevfleet.harness.processes import paused, wait_until
 from shared.messages import Heartbeat, SchedulerCounters, SnapshotStats, WorkerStats
 

@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from client.net import post_json
 from gateway.reading import BODY_SLACK, BodyBudget, client_max_size, server_options
 from gateway.shedding import BODY_BUDGET
 from gateway.shedding import DOOR
 from jevfleet.harness.fleet import CHECKED, start_fleet
 from jevfleet.harness.load import program_pid
-from jevfleet.harness.net import post_json
 from jevfleet.harness.slow_clients import CLOSED, open_connections, outcome, stalled_upload, upload_head
 from shared.config import default_settings
 from tests.test_fleet import run, until

@@ -31,7 +31,7 @@ ZMQ_PORT = 5557
 CLIENT = """
 import json, sys
 from jevfleet.harness.fleet import wait_healthy
-from jevfleet.harness.net import http
+from client.net import http
 url, payload = sys.argv[1], sys.argv[2].encode()
 health = wait_healthy(url, timeout=180)
 status, _, raw = http("POST", url + "/v1/systemone", payload, {"Content-Type": "application/json"}, timeout=120)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+from client.net import http
 from gateway.request_ids import request_id, unique
 from jevfleet.harness.load import decision
-from jevfleet.harness.net import http
 
 
 def test_a_sane_client_id_is_used_and_anything_else_replaced():

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from client.net import post_json
 from jevfleet.harness.engine import make_job, new_engine
-from jevfleet.harness.net import post_json
 from shared.messages import prefix_key
+from shared.messages import common_prefix
 from tests.fake_cells import FakeCells, OutOfOrder, run_batch
 from tests.kv_layout import in_position_order
 from worker.engine import Engine
-from shared.messages import common_prefix
 from worker.snapshot_parts import Placement
 from worker.snapshots import SnapshotCache
 

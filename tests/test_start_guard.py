@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jevfleet.harness.net import free_port
+from client.net import free_port
 from shared.config import PROJECT_ROOT
 from shared.refusal import MARK, REFUSED
 from shared.start_guard import BACKOFF_S, MAX_CRASHES, CrashLoop, StartGuard, clear_all

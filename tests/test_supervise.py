@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from client.net import free_port
 from jevfleet.harness.engine import default_model
 from jevfleet.harness.fleet import Fleet
-from jevfleet.harness.net import free_port
 from jevfleet.supervise import render_supervisord_conf, serve
 from shared.config import PROJECT_ROOT, default_settings
 from shared.model_files import file_sha256
@@ -62,13 +62,14 @@ def test_serve_hands_its_children_the_derived_profile_rendered_once(tmp_path, mo
     and serve exactly it. A workers-only host does not calibrate (its workers never apply one)."""
     import jevfleet.supervise
     import quality.derived
+    import shared.plan
 
     gguf_file = header(tmp_path / "mine.gguf", "llama", layers=2, embd=64, heads=4, kv_heads=4)
     derived = dataclasses.replace(load_profile("gemma-3-270m"), name="mine", path=str(gguf_file), package="",
                                   package_file="", source=gguf_file, derived=True)
     fitted = dataclasses.replace(derived, scale=0.5, bias=0.25, calibration_record=str(tmp_path / "record.json"))
     derivations = []
-    monkeypatch.setattr(jevfleet.supervise, "serving_profile",
+    monkeypatch.setattr(shared.plan, "serving_profile",
                         lambda s, **kwargs: derivations.append((s.profile, s.model)) or derived)
     if role == "workers":
         monkeypatch.setattr(quality.derived, "calibrated", lambda *_: pytest.fail("a workers-only host calibrated"))

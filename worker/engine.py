@@ -31,7 +31,7 @@ from shared.llama import MAX_STATE_CACHE, N_WORK, llama, load_model, restore_seq
 from worker.head import Head, Readout
 from worker.hidden import HiddenTap, OutputMatrix
 from worker.job import Job
-from worker.memory import WAVE_TOKENS, context_cells, model_shape, snapshot_tokens as budget_tokens
+from shared.memory import WAVE_TOKENS, context_cells, model_shape, snapshot_tokens as budget_tokens
 from worker.pieces import UBATCH, Row, output_rows, piece_sizes, shared_rows, suffix_waves, token_rows
 from worker.snapshots import SnapshotCache
 from worker.status import status_of
@@ -57,7 +57,7 @@ class Engine:
         kv_cache_type: str = "f16",
     ) -> None:
         """Sizes: the settings of the same names (from_settings); the snapshots' cells are
-        state_cache_tokens (worker/memory.snapshot_tokens gives the settings' budget in tokens);
+        state_cache_tokens (shared/memory.snapshot_tokens gives the settings' budget in tokens);
         head: a learned readout, not yes−no; kv_cache_type: "f32" only for bench-exact (no
         setting: it changes no margin beyond the model's own spread, docs/architecture.md, and a
         stock llama.cpp casts it to F16 anyway)."""

@@ -30,9 +30,9 @@ from shared import curve
 from shared.config import Settings
 from shared.messages import (Cancel, CannotStart, Drain, Error, ErrorCode, Heartbeat, Message, Ping, Ready, Refuse,
                              Score, WorkerStats, decode, encode, routing_identity)
-from shared.derive import serving_profile
 from shared.llama import build_description
-from shared.model_files import file_sha256, resolve_model
+from shared.model_files import file_sha256
+from shared.plan import serving_plan
 from shared.profiles import Profile, preamble_tokens
 from shared.refusal import REFUSED, reason, refuse
 from shared.serving import serving_facts, with_arithmetic
@@ -86,7 +86,6 @@ def build_engine(settings: Settings, profile: Profile, model_path: Path, threads
 
 class WorkerProcess:
     def __init__(self, settings: Settings, *, index: int, cores: str = "", worker_id: str = "") -> None:
-        self.settings = settings
         self.keys = curve.worker_keys(settings)  # refuse an unprotected remote link before loading
         placed = choose_cores(index, per_worker=settings.cores_per_worker, pin_workers=bool(settings.pin_workers),
                               threads=settings.threads, explicit=cores)
@@ -96,9 +95,9 @@ class WorkerProcess:
         self.worker_id = worker_id or f"{os.uname().nodename}/w{index:02d}"
         self.identity = routing_identity(self.worker_id, os.getpid())
         self.refused_by_gateway = ""  # a Refuse's reason: this process exits 2 with it
-        self.profile = serving_profile(settings)
-        self.model_path = resolve_model(self.profile, settings.cache_path, settings.model)
-        self.model_sha256 = file_sha256(self.model_path)
+        plan = serving_plan(settings)  # after the cheap refusals above: it reads the file's header
+        self.settings, self.profile, self.model_path = plan.settings, plan.profile, plan.model
+        self.model_sha256 = plan.model_sha256()
         self.engine: Engine | None = None  # built by the model thread
         self.scheduler: Scheduler | None = None
         self.serves: dict[str, str] = {}  # shared/serving.py, computed by the model thread

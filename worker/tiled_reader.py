@@ -33,12 +33,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from shared.llama import llama, restore_sequence, save_sequence
+from shared.llama import FA_TILE as TILE, llama, restore_sequence, save_sequence
+from shared.memory import reader_cells
 from worker.pieces import UBATCH, piece_sizes
 
-TILE = 64  # ggml's GGML_FA_TILE_Q (query rows from which the tiled kernel runs) and GGML_FA_TILE_KV
 TILED_FROM = 512  # positions below it take the per-row kernel (docs/architecture.md: why 512)
-CELLS_STEP = 256
 
 
 def tiled_from(n_swa: int) -> int:
@@ -46,11 +45,6 @@ def tiled_from(n_swa: int) -> int:
     length down to a multiple of TILE if that is shorter, so that the cells the engine holds
     below it come over as a whole blob (a saved sequence keeps only its window's cells)."""
     return min(TILED_FROM, n_swa - n_swa % TILE) if n_swa > 0 else TILED_FROM
-
-
-def reader_cells(ctx: int) -> int:
-    """KV cells of the reader's context: the longest prompt and a last piece's padding, in 256s."""
-    return -(-(ctx + TILE) // CELLS_STEP) * CELLS_STEP
 
 
 class Cells(Protocol):

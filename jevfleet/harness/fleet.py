@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from jevfleet.harness.net import free_port, probe
+from client.net import free_port, probe
 from jevfleet.harness.processes import stop_process, wait_until
 from shared.config import PROJECT_ROOT
 

@@ -20,8 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from client.net import http
 from jevfleet.harness import netns
-from jevfleet.harness.net import http
 from jevfleet.harness.processes import stop_processes
 from shared.config import PROJECT_ROOT
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from client.net import http
 from jevfleet.harness.fleet import Fleet
-from jevfleet.harness.net import http
 
 QUESTION = "Does the customer want a refund?"
 

@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection
 
-from jevfleet.harness.chaos_requests import Request, same
+from client.net import retry_after
 from jevfleet.harness.load import Outcome, post
-from jevfleet.harness.net import retry_after
+from loadtest.chaos_requests import Request, same
 
 RETRY_CAP_S = 10.0
 UNDOCUMENTED_PAUSE_S = 1.0

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from jevfleet.harness import netns
-from jevfleet.harness.chaos_clients import DISCONNECTED, Clients
-from jevfleet.harness.chaos_fleet import (ADDRESSES, GATEWAYS, LB_NAMES, LINK_HOST, WORKER_PROGRAM, WORKERS,
+from loadtest.chaos_clients import DISCONNECTED, Clients
+from loadtest.chaos_fleet import (ADDRESSES, GATEWAYS, LB_NAMES, LINK_HOST, WORKER_PROGRAM, WORKERS,
                                           ChaosFleet)
 
 KINDS = ("worker kill -9", "worker SIGTERM (drain)", "gateway kill -9", "worker SIGSTOP/SIGCONT", "link cut",

@@ -22,13 +22,11 @@ from gateway.body import read_body
 from gateway.errors import ApiError
 from gateway.tokenizer import Tokenizer
 from shared.config import Settings
-from shared.derive import serving_profile
 from shared.messages import Error, Message, Result, Score
-from shared.model_files import resolve_model
+from shared.plan import serving_plan
 from shared.profiles import Profile
 from worker.engine import Engine
 from worker.job import Job
-from worker.memory import within_trained_context
 from worker.model_thread import ModelThread
 from worker.process import build_engine
 from worker.scheduler import Pending, Scheduler
@@ -55,12 +53,11 @@ class _Waiting:
 class LocalDecider:
     """The gateway's tokenizer and request path and a worker's engine (preamble pinned) and
     scheduler, answering request bodies. The engine uses every core this process may use unless
-    settings.threads says otherwise; `profile` replaces the one settings name."""
+    settings.threads says otherwise; `profile` replaces the one settings name (shared/plan.py)."""
 
     def __init__(self, settings: Settings, profile: Profile | None = None, *, sanity: bool = True) -> None:
-        self.profile = profile or serving_profile(settings)
-        self.settings = within_trained_context(settings, resolve_model(self.profile, settings.cache_path,
-                                                                       settings.model))
+        plan = serving_plan(settings, profile)
+        self.profile, self.model, self.settings = plan.profile, plan.model, plan.settings
         self._sanity = sanity  # build_engine's: off for the calibration fit
         self._waiting: dict[str, _Waiting] = {}
         self._lock = threading.Lock()
@@ -70,9 +67,8 @@ class LocalDecider:
         self.scheduler = self._thread.wait_loaded()
 
     def _load(self) -> Scheduler:
-        path = resolve_model(self.profile, self.settings.cache_path, self.settings.model)
-        self.tokenizer = Tokenizer(path, self.profile, threads=1)
-        self.engine: Engine = build_engine(self.settings, self.profile, path,
+        self.tokenizer = Tokenizer(self.model, self.profile, threads=1)
+        self.engine: Engine = build_engine(self.settings, self.profile, self.model,
                                            self.settings.threads or len(os.sched_getaffinity(0)), sanity=self._sanity)
         return Scheduler.for_engine(self.engine, self.settings)
 

@@ -1,7 +1,7 @@
 """`make chaos`: nothing silently wrong while workers, gateways and links fail (issue 30).
 
 1. Reference: a one-worker fleet on loopback answers the run's fixed requests
-   (jevfleet/harness/chaos_requests.py) to one client, one at a time.
+   (loadtest/chaos_requests.py) to one client, one at a time.
 2. Chaos: the same requests, in turn, from CLIENTS closed-loop clients through HAProxy to two
    gateways and three workers on network namespaces (chaos_fleet.py), while faults are injected
    one after another (chaos_faults.py: rounds of every kind in a seeded order, a seeded pause
@@ -20,7 +20,7 @@ Both passes run the same worker settings (ENGINE: one thread per worker, the sam
 caches), so the comparison does not lean on bit-identity across thread counts. Traffic stays on
 loopback and inside the run's own namespaces, which are removed at the end, as is every process.
 
-    python -m jevfleet.harness.chaos --duration 600 --seed 1 [--requests 120 --clients 8 --queue-requests 2
+    python -m loadtest.chaos --duration 600 --seed 1 [--requests 120 --clients 8 --queue-requests 2
                                      --off-rounds 3 --out DIR]
 """
 from __future__ import annotations
@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from jevfleet.harness import netns
-from jevfleet.harness.chaos_clients import DIRECT, DISCONNECTED, SAME, Clients
-from jevfleet.harness.chaos_faults import GATEWAY_KINDS, KINDS, Fault, Injector, within
-from jevfleet.harness.chaos_fleet import RETRIES_OFF, RETRIES_ON, ChaosFleet
-from jevfleet.harness.chaos_requests import reference_answers, requests
 from jevfleet.harness.fleet import CHECKED, start_fleet
 from jevfleet.harness.stats import percentile
+from loadtest.chaos_clients import DIRECT, DISCONNECTED, SAME, Clients
+from loadtest.chaos_faults import GATEWAY_KINDS, KINDS, Fault, Injector, within
+from loadtest.chaos_fleet import RETRIES_OFF, RETRIES_ON, ChaosFleet
+from loadtest.chaos_requests import reference_answers, requests
 from shared.config import default_settings
 
 ENGINE = ["--cores-per-worker", "1", "--threads", "1", "--ctx", "1024", "--state-cache", "4",

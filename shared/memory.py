@@ -21,8 +21,7 @@ from pathlib import Path
 from shared.config import Settings, replace
 from shared.gguf_file import ModelFileError
 from shared.gguf_header import GgufHeader
-from shared.llama import MAX_STATE_CACHE, N_WORK
-from worker.tiled_reader import reader_cells
+from shared.llama import FA_TILE, MAX_STATE_CACHE, N_WORK
 
 KV_ELEMENT_BYTES = 2  # llama.cpp's default K and V cache type, F16
 WAVE_TOKENS = 512  # suffix tokens the engine decodes per wave of sequences (cells are kept for one wave)
@@ -30,6 +29,7 @@ HEADROOM = 1.10  # compute buffers and allocator slack over the sum of the parts
 MIB = 1 << 20
 SNAPSHOT_MIB = 144  # state_cache_mb 0: the snapshot space's size for a model of small KV (8,192 Gemma 3 270M tokens)
 SNAPSHOT_TOKENS = 4096  # ... and at least this many tokens of any model's (five W3 states of ~700 tokens)
+CELLS_STEP = 256  # a context's cells are asked for in multiples of this
 LONGROPE_CTX = 2048  # state_cache_mb 0, LongRoPE file: prompts this long fit its window beside the snapshots
 
 
@@ -101,7 +101,13 @@ def context_cells(ctx: int, batch_tokens: int, snapshot_cells: int) -> int:
     """The KV cells of a worker's context, as worker/engine.py asks llama.cpp for them: one longest
     prompt, a batch's reads, a wave of suffixes, padding rows and the snapshots, in 256s."""
     cells = ctx + batch_tokens + WAVE_TOKENS + N_WORK + snapshot_cells
-    return -(-cells // 256) * 256
+    return -(-cells // CELLS_STEP) * CELLS_STEP
+
+
+def reader_cells(ctx: int) -> int:
+    """KV cells of the tiled reader's context (worker/tiled_reader.py): the longest prompt and a
+    last piece's padding (at most one tile), in CELLS_STEPs."""
+    return -(-(ctx + FA_TILE) // CELLS_STEP) * CELLS_STEP
 
 
 def worker_bytes(settings: Settings, shape: ModelShape) -> dict[str, int]:
@@ -136,18 +142,17 @@ def available_bytes() -> int:
     return free
 
 
-def within_trained_context(settings: Settings, model: Path) -> Settings:
-    """`settings` with ctx (the longest prompt) lowered to the file's trained context when it is
-    above it, said on stderr: no position is ever past what the model was trained on (llama.cpp
-    only warns). Applied where settings meet a model file (jevfleet serve, in-process runs), before
+def within_trained_context(settings: Settings, shape: ModelShape, name: str) -> Settings:
+    """`settings` with ctx (the longest prompt) lowered to the trained context of the file `name`
+    when it is above it, said on stderr: no position is ever past what the model was trained on
+    (llama.cpp only warns). Applied where settings meet a model file (shared/plan.py), before
     memory is planned and a gateway or worker reads ctx, so both refuse the same prompts."""
-    shape = model_shape(model)
     trained = shape.n_ctx_train
     if trained and settings.ctx > trained:
-        print(f"jevfleet: ctx {settings.ctx} is above {model.name}'s trained context; prompts are limited to its "
+        print(f"jevfleet: ctx {settings.ctx} is above {name}'s trained context; prompts are limited to its "
               f"{trained} tokens", file=sys.stderr, flush=True)
         settings = replace(settings, ctx=trained)
-    return within_short_factors(settings, shape, model.name)
+    return within_short_factors(settings, shape, name)
 
 
 def within_short_factors(settings: Settings, shape: ModelShape, name: str) -> Settings:
@@ -171,10 +176,10 @@ def within_short_factors(settings: Settings, shape: ModelShape, name: str) -> Se
     return replace(settings, ctx=most)
 
 
-def plan_workers(settings: Settings, model: Path, available: int | None = None) -> int:
-    """How many workers to start: `workers` when set, else one per cores_per_worker cores as many
-    as fit in memory; MemoryRefusal, with the figures, when not even those asked for fit."""
-    shape = model_shape(model)
+def plan_workers(settings: Settings, shape: ModelShape, name: str, available: int | None = None) -> int:
+    """How many workers of the file `name` to start: `workers` when set, else one per
+    cores_per_worker cores as many as fit in memory; MemoryRefusal, with the figures, when not
+    even those asked for fit."""
     parts = worker_bytes(settings, shape)
     need = int(sum(parts.values()) * HEADROOM)
     free = available_bytes() if available is None else available
@@ -184,7 +189,7 @@ def plan_workers(settings: Settings, model: Path, available: int | None = None) 
     if workers < 1 or workers > fits:
         detail = ", ".join(f"{name} {size / MIB:,.0f}" for name, size in parts.items())
         raise MemoryRefusal(
-            f"{max(workers, 1)} worker(s) of {model.name} need {need / MIB:,.0f} MiB each ({detail} MiB, "
+            f"{max(workers, 1)} worker(s) of {name} need {need / MIB:,.0f} MiB each ({detail} MiB, "
             f"+{HEADROOM - 1:.0%} for llama.cpp's buffers; a token of KV cache is "
             f"{shape.kv_bytes_per_token / 1024:,.0f} KiB), besides the file's {shape.file_bytes / MIB:,.0f} MiB "
             f"in the page cache once, and {free / MIB:,.0f} MiB is available: lower ctx, "
