@@ -32,7 +32,7 @@ OUT = PROJECT_ROOT / "docs" / "benchmarks"
 # name: (module, what it answers)
 BENCHMARKS = {
     "floor": ("bench.floor", "first-seen requests one at a time: the engine alone, our fleet and llama-server, "
-                             "taking turns; ratios to llama-server"),
+                             "taking turns; ratios to llama-server; where each one's time goes, by phase"),
     "sweep": ("loadtest.sweep", "throughput against latency at 1..N clients, workloads W1-W4 and first-seen, our "
                                 "fleet (both modes) and the baselines, Locust as the client"),
     "consistency": ("bench.consistency", "the same first-seen requests at 1 and at 8 clients: bit-identical answers, "

@@ -17,7 +17,11 @@ speed drifts, as a shared VM's does, slows all three alike. A few warm-up reques
 range go first. Per workload it prints answers/s (a W4-fresh request counts its 20 questions), the
 p50 wall time, and each target's ratio to llama-server's answers/s, the reference (to the floor
 when llama-server is not among the targets): the floor is ours, the target to beat is theirs.
-Not run by the tests; quote it with the load average.
+Then where each target's time goes, p50 ms per phase: the fleet's Server-Timing phases (parse,
+validate, tokenize, queue, inference, outside = the ZeroMQ link, respond), the floor's worker
+queue and run, llama-server's own prompt and predicted times (its `timings`), and for each what
+the client saw beyond them (HTTP, the client's reading). Not run by the tests; quote it with the
+load average.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from typing import Callable, Iterator
 from tqdm import tqdm
 
 from client.local import LocalDecider
-from client.net import KeptConnection
+from client.net import KeptConnection, server_timing
 from loadtest import fresh, servers
 from loadtest.protocols import PROTOCOLS
 from loadtest.workloads import Item, decision_body
@@ -47,7 +51,13 @@ WARMUP = 3  # requests per workload before the timed ones, from WARMUP_START on
 WARMUP_START = fresh.RUN_STRIDE - 1000  # a range the timed requests do not reach
 TARGETS = ("floor", "jevfleet", "llama-server")
 
-Send = Callable[[Item], float]  # answers one request: the seconds it took
+Send = Callable[[Item], tuple[float, dict[str, float]]]  # answers one request: its seconds and ms by phase
+
+
+def llama_server_phases(body: object) -> dict[str, float]:
+    """llama-server's own times of a /completion answer (one prompt, or each of a list's)."""
+    answers = body if isinstance(body, list) else [body]
+    return {f"server {name}": sum(a["timings"][f"{name}_ms"] for a in answers) for name in ("prompt", "predicted")}
 
 
 @contextmanager
@@ -61,7 +71,7 @@ def floor_target() -> Iterator[Send]:
             answer = decider.submit(prepared, tokens).result()
             took = time.perf_counter() - start
             assert answer.status == 200, answer.body
-            return took
+            return took, {"queue": answer.result.queue_ms, "inference": answer.result.run_ms}
         yield send
     finally:
         decider.close()
@@ -78,11 +88,12 @@ def http_target(name: str, profile: Profile, logs: Path) -> Iterator[Send]:
             def send(item: Item) -> float:
                 body = json.dumps(protocol.body(profile, item)).encode()
                 start = time.perf_counter()
-                status, _, raw = conn.post(protocol.path, body)
+                status, headers, raw = conn.post(protocol.path, body)
                 took = time.perf_counter() - start
                 assert status == 200, raw[:300]
-                protocol.check(json.loads(raw), profile, item)
-                return took
+                answer = json.loads(raw)
+                protocol.check(answer, profile, item)
+                return took, server_timing(headers) if name.startswith("jevfleet") else llama_server_phases(answer)
             yield send
         finally:
             conn.close()
@@ -116,6 +127,7 @@ def main() -> None:
     print(f"# python -m bench.floor --requests {','.join(f'{w}={n}' for w, n in requests.items())}"
           f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
     seconds: dict[tuple[str, str], list[float]] = {(t, w): [] for t in targets for w in requests}
+    phases: dict[tuple[str, str], list[dict[str, float]]] = {(t, w): [] for t in targets for w in requests}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         send = {name: stack.enter_context(start(name, profile, Path(tmp))) for name in targets}
         for workload, n in requests.items():
@@ -125,7 +137,10 @@ def main() -> None:
             for i in tqdm(range(n), desc=workload, unit="request"):
                 item = fresh.item(workload, i)
                 for name in targets:  # the targets take turns, request by request
-                    seconds[name, workload].append(send[name](item))
+                    took, ms = send[name](item)
+                    seconds[name, workload].append(took)
+                    inside = ms.pop("total", sum(ms.values()))  # the gateway's own total, where it gives one
+                    phases[name, workload].append({**ms, "beyond": took * 1000 - inside})
     print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
     # llama-server is the reference where it ran (the target to beat); the floor is ours.
     reference = "llama-server" if "llama-server" in targets else "floor"
@@ -139,6 +154,19 @@ def main() -> None:
         cells = [f"{rate[t]:.2f} ({statistics.median(seconds[t, workload]) * 1000:.0f})" for t in targets]
         ratios = [f"{rate[t] / rate[reference]:.2f}" for t in others]
         print(f"| {workload} | " + " | ".join(cells + ratios) + " |")
+    print_phases(targets, requests, phases)
+
+
+def print_phases(targets: list[str], requests: dict[str, int], phases: dict[tuple[str, str], list[dict[str, float]]]
+                 ) -> None:
+    """Per workload and target, the p50 ms of each phase, in the order a request goes through them."""
+    print("\nWhere the time goes, p50 ms by phase (beyond = what the client saw besides them):")
+    for workload in requests:
+        for name in targets:
+            rows = phases[name, workload]
+            names = list(dict.fromkeys(key for row in rows for key in row))
+            cells = [f"{key} {statistics.median(row.get(key, 0.0) for row in rows):.1f}" for key in names]
+            print(f"- {workload}, {name}: " + ", ".join(cells))
 
 
 if __name__ == "__main__":
