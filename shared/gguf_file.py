@@ -55,7 +55,7 @@ class Vocabulary:
 
 # The header's strings a profile is derived from, in the order read_gguf unpacks them
 _STRINGS = ("general.architecture", "general.name", "general.license", "tokenizer.chat_template")
-_UNREADABLE = "model file {}: not a readable GGUF (ggml cannot parse its header)"
+UNREADABLE = "model file {}: not a readable GGUF (ggml cannot parse its header)"  # shared/memory.py says it too
 
 
 def layer_bytes(path: Path) -> int:
@@ -65,7 +65,7 @@ def layer_bytes(path: Path) -> int:
     a 262k vocabulary is a third of Gemma 3 1B's file and a twentieth of MiniCPM 1B's."""
     with GgufHeader(path) as header:
         if header is None:
-            raise ModelFileError(_UNREADABLE.format(path))
+            raise ModelFileError(UNREADABLE.format(path))
         tables = [header.tensor(name) for name in ("token_embd.weight", "output.weight")]
     return Path(path).stat().st_size - sum(table.size for table in tables if table)
 
@@ -94,7 +94,7 @@ def read_gguf(path: Path) -> GgufFile:
         raise ModelFileError(f"model file {path}: not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
     with GgufHeader(path) as header:
         if header is None:
-            raise ModelFileError(_UNREADABLE.format(path))
+            raise ModelFileError(UNREADABLE.format(path))
         arch, name, licence, template = (header.string(key) for key in _STRINGS)
         add_bos = header.boolean("tokenizer.ggml.add_bos_token", True)  # llama.cpp's default when absent
     with captured_log() as lines:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.config import Settings, replace
-from shared.gguf_file import ModelFileError
+from shared.gguf_file import UNREADABLE, ModelFileError
 from shared.gguf_header import GgufHeader
 from shared.llama import FA_TILE, MAX_STATE_CACHE, N_WORK
 
@@ -56,7 +56,7 @@ def model_shape(path: Path) -> ModelShape:
     """The figures of `path` that memory depends on, from its header."""
     with GgufHeader(path) as header:
         if header is None:
-            raise ModelFileError(f"model file {path}: not a GGUF file llama.cpp can read")  # one line, exit 2
+            raise ModelFileError(UNREADABLE.format(path))  # one line, exit 2
         arch = header.string("general.architecture")
         n_layer = header.u32(f"{arch}.block_count")
         n_embd = header.u32(f"{arch}.embedding_length")
