@@ -1,5 +1,5 @@
-"""The harness: how tests, benchmarks (bench/), load sweeps (loadtest/) and the quality commands
-start jevfleet, reach it and measure it, written once for all of them.
+"""The harness: how tests, benchmarks (bench/) and load sweeps (loadtest/) start jevfleet, reach
+it and measure it, written once for all of them.
 
     fleet.py            a real fleet (`jevfleet serve` → supervisord) in a run directory: start,
                         wait on /health, supervisorctl, logs, stop
