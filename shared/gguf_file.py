@@ -55,7 +55,7 @@ class Vocabulary:
 
 # The header's strings a profile is derived from, in the order read_gguf unpacks them
 _STRINGS = ("general.architecture", "general.name", "general.license", "tokenizer.chat_template")
-UNREADABLE = "model file {}: not a readable GGUF (ggml cannot parse its header)"  # shared/memory.py says it too
+UNREADABLE = "model file {}: not a GGUF file ggml can read (its header does not parse)"  # shared/memory.py says it too
 
 
 def layer_bytes(path: Path) -> int:
