@@ -35,8 +35,10 @@ NO_RETRY = ("    retries 0\n"
 # takes requests is the health checks' call (out within a second); DNS only adds and removes slots.
 # hold timeout: when the name server does not answer, the slots keep their last addresses for 5
 # minutes (HAProxy's default is 30 s, after which every slot went into maintenance and the front had
-# no server at all while it was silent: make test's Kubernetes test, 2026-12-03, podman's
-# aardvark-dns silent for about 2 minutes after a pod was deleted, 4 requests timed out in the front).
+# no server at all while it was silent: make test's Kubernetes test, 2026-12-03, aardvark-dns out of
+# the front's reach for about 2 minutes after a pod was deleted; the cause there was the test network's
+# bridge changing its MAC address, fixed in tests/podman_kube.create_network, but a name server can
+# fall silent in a cluster too).
 RESOLVERS = ("\nresolvers dns\n"
              "    parse-resolv-conf\n"
              "    accepted_payload_size 8192\n"

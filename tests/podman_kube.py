@@ -17,6 +17,9 @@ What podman 4.3's `kube play` does with these kinds, and what stands in here:
   10 s). Readiness is polled by the test (/health?ready, as the probe), and deleting a pod is done
   as the kubelet does it: the preStop command in the container, then SIGTERM with the pod's grace
   period, then removal.
+- The network: a bridge network as a cluster's pod network, its bridge made by the test with a fixed
+  MAC address (create_network), as netavark does itself from 1.9: otherwise a pod deletion can move
+  it and cut the other pods off the host for a minute.
 - PodDisruptionBudget, HorizontalPodAutoscaler: cluster controllers; not played.
 - The static CPU manager policy (static_cpu_policy): a kubelet with it gives each Guaranteed pod
   with whole CPUs a cpuset of its own, and docs/deploy.md then says pin_workers = 1. podman 4.3
@@ -167,6 +170,34 @@ def podman(*args: str, check: bool = True, timeout: float = 300, stdin: str | No
     return proc.stdout
 
 
+def create_network(name: str, subnet: str) -> str:
+    """A podman network on `subnet` whose bridge keeps one MAC address from start to end; the bridge's
+    name.
+
+    A Linux bridge whose address nobody set takes the lowest address of its ports, so it changes when
+    the pod holding that port is deleted (1 time in 4 with the test's four pods). The other pods keep
+    the old address in their ARP cache for the host's side of the bridge and lose it, sending into
+    nothing until the entry is probed out (60-100 s): the front's answers to the test's clients and
+    its DNS queries to aardvark-dns. That was make test's Kubernetes failure of 2026-12-03 and
+    2026-12-07, 4 clients timing out at once after the pod deletion. netavark pins the bridge's
+    address itself from 1.9 on; Debian 12's 1.4 does not, and uses a bridge that already exists as
+    it is. So the bridge is made here, before any pod, with a fixed address and the gateway's."""
+    podman("network", "create", "--subnet", subnet, name)
+    (info,) = json.loads(podman("network", "inspect", name))
+    bridge, (net,) = info["network_interface"], info["subnets"]
+    third = int(net["subnet"].split(".")[2])
+    mac = f"02:6a:65:76:{third:02x}:01"  # locally administered
+    prefix = net["subnet"].split("/")[1]
+    for args in (["link", "add", bridge, "type", "bridge"], ["link", "set", bridge, "address", mac],
+                 ["addr", "add", f"{net['gateway']}/{prefix}", "dev", bridge], ["link", "set", bridge, "up"]):
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+    return bridge
+
+
+def bridge_mac(bridge: str) -> str:
+    return Path(f"/sys/class/net/{bridge}/address").read_text().strip()
+
+
 def pods(prefix: str) -> list[str]:
     """Names of the pods whose name starts with `prefix`."""
     out = podman("pod", "ps", "--format", "{{.Name}}", "--filter", f"name=^{prefix}", check=False)
@@ -183,7 +214,10 @@ def remove(tag: str) -> None:
     for volume in podman("volume", "ls", "--format", "{{.Name}}", check=False).split():
         if volume.startswith(tag):
             podman("volume", "rm", "--force", volume, check=False)
+    inspected = podman("network", "inspect", "--format", "{{.NetworkInterface}}", tag, check=False).split()
     podman("network", "rm", "--force", tag, check=False)
+    for bridge in inspected:  # netavark removes it with its last pod; not when no pod ever joined it
+        subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
 
 
 def remove_leftovers() -> list[str]:

@@ -70,6 +70,7 @@ class Cluster:
     ips: dict[str, str] = field(default_factory=dict)  # pod -> its address on the test's network
     cpusets: list[list[int]] = field(default_factory=list)  # each unit's own CPUs (the static CPU policy)
     run_dirs: dict[str, str] = field(default_factory=dict)
+    bridge: str = ""  # the network's bridge, its MAC address fixed (podman_kube.create_network)
 
     def container(self, pod: str) -> str:
         deployment = "jevfleet-unit" if pod in self.units else "jevfleet-front"
@@ -155,7 +156,7 @@ def cluster(image, tmp_path) -> Cluster:
     replicas = kube.find(docs, "Deployment", "jevfleet-unit")["spec"]["replicas"]
     c.cpusets = kube.split_cpus(sorted(os.sched_getaffinity(0)), replicas)
     try:
-        kube.podman("network", "create", "--subnet", SUBNET, TAG)
+        c.bridge = kube.create_network(TAG, SUBNET)
         secret = dict(kube.find(docs, "Secret"), stringData={"api-key": c.api_key})
         secret_name = f"{TAG}-{secret['metadata']['name']}"
         kube.podman("secret", "create", secret_name, "-", stdin=kube.podman_secret_json(secret))
@@ -259,6 +260,7 @@ def test_two_units_behind_the_front_answer_and_lose_nothing_to_a_gateway_kill_or
         with through(front, c.api_key, tag="pod deletion ") as load:
             wait_until(lambda: load.answered() >= 4 and c.health(doomed).get("fleet", {}).get("inflight"),
                        "the second unit holding requests under load")
+            mac = kube.bridge_mac(c.bridge)
             deleted = time.monotonic()
             hook, exit_code = kube.delete_pod(doomed, c.container(doomed), prestop,
                                               spec["terminationGracePeriodSeconds"])
@@ -268,6 +270,7 @@ def test_two_units_behind_the_front_answer_and_lose_nothing_to_a_gateway_kill_or
         failures["pod deletion"] = len(load.failures())
         assert hook.returncode == 0 and "stopped" in hook.stdout, hook.stdout + hook.stderr
         assert exit_code == 0, f"the unit's container exited {exit_code}: not a clean stop"
+        assert kube.bridge_mac(c.bridge) == mac, "the bridge's address moved: pods lose the host for a minute"
         assert load.failures() == [], load.failures()[:3]
         assert kube.pods(doomed) == []
     except BaseException:
