@@ -117,8 +117,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", default="", help="per workload, e.g. W1-fresh=60,W4-fresh=0 (0 skips it)")
     parser.add_argument("--targets", default=",".join(TARGETS),
-                        help=f"a subset of {','.join(TARGETS)}, or jevfleet-native: the fleet on llama.cpp built "
-                             "for this CPU (what the portable build costs; its libraries built once, ~2.5 min)")
+                        help=f"a subset of {','.join(TARGETS)}, or jevfleet-native / llama-server-native: the "
+                             "fleet / llama-server on llama.cpp built for this CPU (what the portable build costs, "
+                             "and the comparison on this CPU's own kernels; built once, ~2.5 / 10-20 min)")
     args = parser.parse_args()
     requests = parse_requests(args.requests)
     targets = [t for t in args.targets.split(",") if t]
@@ -142,19 +143,25 @@ def main() -> None:
                     inside = ms.pop("total", sum(ms.values()))  # the gateway's own total, where it gives one
                     phases[name, workload].append({**ms, "beyond": took * 1000 - inside})
     print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
-    # llama-server is the reference where it ran (the target to beat); the floor is ours.
-    reference = "llama-server" if "llama-server" in targets else "floor"
-    others = [t for t in targets if t != reference]
+    pairs = [(t, ref) for t in targets if (ref := reference(t, targets)) != t]
     print("| workload | " + " | ".join(f"{t} answers/s (p50 ms)" for t in targets) + " | "
-          + " | ".join(f"{t} ÷ {reference}" for t in others) + " |")
-    print("|---" * (len(targets) + len(others) + 1) + "|")
+          + " | ".join(f"{t} ÷ {ref}" for t, ref in pairs) + " |")
+    print("|---" * (len(targets) + len(pairs) + 1) + "|")
     for workload in requests:
         per_q = len(fresh.item(workload, 0).question_ids)  # answers a request gives
         rate = {t: per_q * len(seconds[t, workload]) / sum(seconds[t, workload]) for t in targets}
         cells = [f"{rate[t]:.2f} ({statistics.median(seconds[t, workload]) * 1000:.0f})" for t in targets]
-        ratios = [f"{rate[t] / rate[reference]:.2f}" for t in others]
+        ratios = [f"{rate[t] / rate[ref]:.2f}" for t, ref in pairs]
         print(f"| {workload} | " + " | ".join(cells + ratios) + " |")
     print_phases(targets, requests, phases)
+
+
+def reference(target: str, targets: list[str]) -> str:
+    """What `target` is measured against: llama-server where it ran (the target to beat; on this
+    CPU's own kernels for a -native target when llama-server-native ran), else the floor (ours)."""
+    if target.endswith("-native") and "llama-server-native" in targets:
+        return "llama-server-native"
+    return "llama-server" if "llama-server" in targets else "floor"
 
 
 def print_phases(targets: list[str], requests: dict[str, int], phases: dict[tuple[str, str], list[dict[str, float]]]

@@ -87,7 +87,7 @@ def llama_server(binary: Path, gguf: Path, log_dir: Path, *, threads: int, ctx: 
 def ours_or_llama_server(target: str, profile: Profile, log_dir: Path) -> AbstractContextManager[str]:
     """`jevfleet` ("jevfleet": its defaults; "jevfleet-native": the same on llama.cpp built for this
     CPU, shared/llama_build.py, instead of the portable build) or llama-server ("llama-server": as
-    the sweep starts it, on the profile's GGUF), started fresh: for the benchmarks that send them
+    the sweep starts it, on the profile's GGUF; "llama-server-native": built for this CPU), started fresh: for the benchmarks that send them
     the same requests."""
     if target == "jevfleet":
         return jevfleet(log_dir)
@@ -95,5 +95,6 @@ def ours_or_llama_server(target: str, profile: Profile, log_dir: Path) -> Abstra
         return jevfleet(log_dir, target, env={"LLAMA_CPP_LIB_PATH": str(llama_build.libs("native"))})
     settings = load_settings()
     gguf = resolve_model(profile, settings.cache_path, settings.model)
-    return llama_server(ensure_llama_server(settings.cache_path), gguf, log_dir,
+    binary = ensure_llama_server(settings.cache_path, "native" if target == "llama-server-native" else "")
+    return llama_server(binary, gguf, log_dir,
                         threads=BASELINE_THREADS, ctx=BASELINE_CTX, slots=SLOTS)

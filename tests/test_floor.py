@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.floor import llama_server_phases
+from bench.floor import llama_server_phases, reference
 
 
 def timings(prompt_ms: float, predicted_ms: float) -> dict:
@@ -19,3 +19,11 @@ def test_one_prompts_times_are_its_prompt_and_predicted_ms():
 def test_a_list_of_prompts_adds_up_each_answers_times():
     phases = llama_server_phases([timings(900.0, 0.5), timings(40.0, 0.5)])
     assert phases == {"server prompt": pytest.approx(940.0), "server predicted": pytest.approx(1.0)}
+
+
+def test_each_target_is_measured_against_llama_server_on_the_same_kernels():
+    every = ["floor", "jevfleet", "jevfleet-native", "llama-server", "llama-server-native"]
+    assert [reference(t, every) for t in every] == [
+        "llama-server", "llama-server", "llama-server-native", "llama-server", "llama-server-native"]
+    assert reference("jevfleet-native", ["jevfleet-native", "llama-server"]) == "llama-server"
+    assert reference("jevfleet", ["floor", "jevfleet"]) == "floor"
