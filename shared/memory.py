@@ -10,7 +10,8 @@ process's own, so workers do not share them through the page cache; the file's o
 they do share, count once more for the host), the KV cells of its context
 (worker/engine.py sizes them) and, in deterministic mode, of its tiled reader's (one longest
 prompt, worker/tiled_reader.py), its host-memory tier (state_cache_ram_mb) and llama.cpp's logits
-rows. llama.cpp's compute buffers come on top, a few percent for these batch sizes: HEADROOM.
+rows. llama.cpp's compute buffers come on top, a few percent for these batch sizes (Qwen2.5 1.5B:
+47 MiB the engine's, 73 MiB the tiled reader's 512-row calls): HEADROOM.
 """
 from __future__ import annotations
 
