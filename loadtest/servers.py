@@ -87,8 +87,8 @@ def llama_server(binary: Path, gguf: Path, log_dir: Path, *, threads: int, ctx: 
 def ours_or_llama_server(target: str, profile: Profile, log_dir: Path) -> AbstractContextManager[str]:
     """`jevfleet` ("jevfleet": its defaults; "jevfleet-native": the same on llama.cpp built for this
     CPU, shared/llama_build.py, instead of the portable build) or llama-server ("llama-server": as
-    the sweep starts it, on the profile's GGUF; "llama-server-native": built for this CPU), started fresh: for the benchmarks that send them
-    the same requests."""
+    the sweep starts it, on the profile's GGUF; "llama-server-native": built for this CPU), started
+    fresh: for the benchmarks that send them the same requests."""
     if target == "jevfleet":
         return jevfleet(log_dir)
     if target == "jevfleet-native":
