@@ -25,7 +25,8 @@ sums in the tiled kernel are its own (its own running maximum and sum; a key til
 adds exact zeros), so they depend on the key tiles' edges, not on which rows share its call or its
 query tile. Measured against 64 rows a call (2026-12-07, one process, first reads, margins
 bit-identical): a 1,785-token state on Qwen2.5 1.5B 25.31 s in 25 calls, 22.34 s in 8; a
-1,729-token one on Gemma 3 270M 4.11 s in 26, 3.60 s in 9: each call streams the weights once.
+1,729-token one on Gemma 3 270M 4.11 s in 26, 3.60 s in 9 (3.97 and 3.04 s on the AVX-512 build):
+each call streams the weights once.
 
 Invariant: every prefix row (preamble and state) at a position from tiled_from on is read here,
 in calls of whole TILEs, a short last tile filled with throwaway rows after the prefix, with cell
