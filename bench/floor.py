@@ -65,7 +65,7 @@ def floor_target() -> Iterator[Send]:
     """The engine alone: the request prepared first, then only the scheduler and engine timed."""
     decider = LocalDecider(load_settings())
     try:
-        def send(item: Item) -> float:
+        def send(item: Item) -> tuple[float, dict[str, float]]:
             prepared, tokens = decider.prepare(decision_body(item))
             start = time.perf_counter()
             answer = decider.submit(prepared, tokens).result()
@@ -85,7 +85,7 @@ def http_target(name: str, profile: Profile, logs: Path) -> Iterator[Send]:
     with server as url:
         conn = KeptConnection(url, timeout=600)
         try:
-            def send(item: Item) -> float:
+            def send(item: Item) -> tuple[float, dict[str, float]]:
                 body = json.dumps(protocol.body(profile, item)).encode()
                 start = time.perf_counter()
                 status, headers, raw = conn.post(protocol.path, body)
@@ -125,7 +125,8 @@ def main() -> None:
     targets = [t for t in args.targets.split(",") if t]
     settings = load_settings()
     profile = serving_profile(settings)
-    print(f"# python -m bench.floor --requests {','.join(f'{w}={n}' for w, n in requests.items())}"
+    print(f"# python -m bench.floor --targets {','.join(targets)} "
+          f"--requests {','.join(f'{w}={n}' for w, n in requests.items())}"
           f"  (load average {os.getloadavg()[0]:.2f})", flush=True)
     seconds: dict[tuple[str, str], list[float]] = {(t, w): [] for t in targets for w in requests}
     phases: dict[tuple[str, str], list[dict[str, float]]] = {(t, w): [] for t in targets for w in requests}

@@ -34,21 +34,21 @@ def level() -> str:
     return installed_level()
 
 
-def binary_path(cache: Path, at: str = "") -> Path:
+def binary_path(cache: Path, build_level: str = "") -> Path:
     """Keyed by the build's name (version, level, compiler): a binary of another level is not reused."""
-    return cache / "llama-server" / build_name(at or level()) / "llama-server"
+    return cache / "llama-server" / build_name(build_level or level()) / "llama-server"
 
 
-def ensure_llama_server(cache: Path, at: str = "") -> Path:
-    """The cached llama-server binary for level `at` (default: the venv's), building it first if
-    there is none (10–20 min here)."""
-    at = at or level()
-    target = binary_path(cache, at)
+def ensure_llama_server(cache: Path, build_level: str = "") -> Path:
+    """The cached llama-server binary built for `build_level` (default: the venv's llama.cpp level;
+    "native": this CPU), building it first if there is none (10–20 min here)."""
+    build_level = build_level or level()
+    target = binary_path(cache, build_level)
     if target.is_file():
         return target
     log_path = target.parent / "build.log"
-    print(f"building llama-server ({at}) from the llama-cpp-python sdist (once; log: {log_path})", flush=True)
-    with source_build(at, "llama-server", CMAKE_FLAGS, log_path, cache) as build:
+    print(f"building llama-server ({build_level}) from the llama-cpp-python sdist (once; log: {log_path})", flush=True)
+    with source_build(build_level, "llama-server", CMAKE_FLAGS, log_path, cache) as build:
         shutil.copy2(build / "bin" / "llama-server", target)
     print(f"llama-server ready: {target}", flush=True)
     return target

@@ -77,8 +77,7 @@ class TiledReader:
         self.tiled_from = tiled_from(self.n_swa)
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_seq_max = reader_cells(ctx), 1
-        self.call_rows = CALL_ROWS
-        params.n_batch = params.n_ubatch = self.call_rows
+        params.n_batch = params.n_ubatch = CALL_ROWS
         params.n_outputs_max = 1  # a prefix piece has no output rows
         params.n_threads = params.n_threads_batch = threads
         params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
@@ -89,7 +88,7 @@ class TiledReader:
         if not self.ctx:
             raise RuntimeError("llama.cpp could not create the tiled reader's context")
         self.mem = lib.llama_get_memory(self.ctx)
-        self.batch = lib.llama_batch_init(self.call_rows, 0, 1)
+        self.batch = lib.llama_batch_init(CALL_ROWS, 0, 1)
 
     def close(self) -> None:
         lib = llama()
@@ -112,8 +111,8 @@ class TiledReader:
                 self._decode(cells, part + [part[-1]] * (size - len(part)), at)
                 at += len(part)
             llama().llama_memory_seq_rm(self.mem, 0, self.tiled_from, -1)
-        for at in range(at, len(tokens), self.call_rows):
-            part = tokens[at : at + self.call_rows]
+        for at in range(at, len(tokens), CALL_ROWS):
+            part = tokens[at : at + CALL_ROWS]
             self._decode(cells, part + [part[-1]] * (-len(part) % TILE), at)
         llama().llama_memory_seq_rm(self.mem, 0, len(tokens), -1)
 
